@@ -1,0 +1,63 @@
+"""Data parallelism with torch.nn.parallel.DistributedDataParallel: the reference for speedup and ME."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from harness.data import replica_slice
+from harness.metrics import optimizer_state_tensors
+from harness.strategy import EvalResult, Strategy, make_optimizer, named_parameters, summed_loss
+
+
+class DDPStrategy(Strategy):
+    name = "dp"
+
+    def __init__(self, spec, layers, ctx, comm):
+        super().__init__(spec, layers, ctx, comm)
+        self.layers = layers
+        self.model = nn.Sequential(*layers).to(ctx.device)
+        # DDP broadcasts rank 0's parameters at construction; all ranks built them
+        # from the same seed anyway, so this is a no-op kept for safety.
+        self.ddp = DistributedDataParallel(
+            self.model, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None
+        )
+        self.optimizer = make_optimizer(self.model.parameters(), spec)
+        self.share = replica_slice(spec.train.global_batch, ctx.world_size, ctx.rank)
+
+    def train_step(self, x, y):
+        B = self.spec.train.global_batch
+        x, y = x[self.share], y[self.share]
+        # DDP averages gradients over ranks; scaling by the world size turns the
+        # average of per-rank sums/B into the global mean even for uneven shares.
+        loss = summed_loss(self.ddp(x), y, B) * self.ctx.world_size
+        loss.backward()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        total = loss.detach() / self.ctx.world_size
+        self.comm.all_reduce(total)
+        return float(total)
+
+    @torch.no_grad()
+    def evaluate(self, x, y):
+        share = replica_slice(x.shape[0], self.ctx.world_size, self.ctx.rank)
+        logits = self.model(x[share])
+        stats = torch.tensor(
+            [float((logits.argmax(-1) == y[share]).sum()), float(y[share].numel()),
+             float(torch.nn.functional.cross_entropy(logits, y[share], reduction="sum"))],
+            dtype=torch.float64, device=self.ctx.device,
+        )
+        self.comm.all_reduce(stats)
+        return EvalResult(int(stats[0]), int(stats[1]), float(stats[2]))
+
+    def resident_tensors(self):
+        yield from self.model.parameters()
+        yield from self.model.buffers()
+        yield from optimizer_state_tensors(self.optimizer)
+
+    def layout(self):
+        return {"stage": 0, "replica": self.ctx.rank, "layers": [0, len(self.layers)]}
+
+    def state_dict_for_check(self):
+        return {k: v.detach().cpu() for k, v in named_parameters(self.layers, range(len(self.layers))).items()}

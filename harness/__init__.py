@@ -1,0 +1,1 @@
+"""Benchmarking harness for hybrid pipeline-parallel training (AshPipe, Hippie and baselines)."""

@@ -1,0 +1,66 @@
+"""The Hydra task: one run = validate, launch, record, mirror, summarise."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from omegaconf import DictConfig, OmegaConf
+
+from harness import launch, record as record_mod, wandb_mirror
+from harness.config import register_configs
+from harness.errors import ConfigError
+from harness.spec import build_spec
+
+register_configs()
+log = logging.getLogger("harness")
+
+
+def _known_fields(cfg: DictConfig) -> dict:
+    """What a refused run's record can still say about it (interpolations may be broken)."""
+    get = lambda key: OmegaConf.select(cfg, key, default=None, throw_on_missing=False)  # noqa: E731
+    return {"strategy": get("strategy.name"), "model": get("model.name"), "data": get("data.name"),
+            "world_size": get("world_size"), "global_batch": get("train.global_batch"),
+            "micro_batches": get("train.micro_batches")}
+
+
+def summary_line(rec: dict, output_dir: str) -> str:
+    head = f"{rec.get('strategy')} w={rec.get('world_size')} {rec.get('model')}/{rec.get('data')}"
+    if rec.get("status") != "ok":
+        return f"FAILED {head}: {rec.get('error')}  [{output_dir}]"
+    mem = rec.get("peak_memory_bytes")
+    mem_s = f"{mem / 2**20:.1f} MiB" if mem else "n/a"
+    return (f"ok {head}: {rec['throughput']:.1f} samples/s (step {rec['step_time_s'] * 1e3:.1f} ms), "
+            f"peak {mem_s}/rank, top-1 {rec['accuracy'] * 100:.1f}%, loss {rec['final_loss']:.3f}  [{output_dir}]")
+
+
+# conf/ sits beside the packages (the project's fixed layout), not inside one
+CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conf")
+
+
+@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="config")
+def main(cfg: DictConfig) -> None:
+    hc = HydraConfig.get()
+    output_dir = hc.runtime.output_dir
+    multirun = hc.mode == RunMode.MULTIRUN
+    try:
+        spec = build_spec(cfg)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        record_mod.write(output_dir, record_mod.failed_record(_known_fields(cfg), f"invalid config: {e}"))
+        if multirun:
+            return  # the other jobs of the sweep go on; the table shows this one as failed
+        raise SystemExit(2)
+
+    rec = launch.run(spec, output_dir)
+    if rec.get("status") == "running":  # a non-zero rank under torchrun/Slurm: rank 0 reports
+        return
+    group = spec.logger.group or (os.path.basename(os.path.normpath(hc.sweep.dir)) if multirun else None)
+    wandb_mirror.mirror(rec, output_dir, spec.logger.mode, spec.logger.project, spec.logger.entity, group)
+    print(summary_line(rec, output_dir), file=sys.stderr if rec["status"] != "ok" else sys.stdout, flush=True)
+    if rec["status"] != "ok" and not multirun:
+        raise SystemExit(1)

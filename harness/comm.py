@@ -1,0 +1,145 @@
+"""All communication of the runtime goes through here.
+
+Process-group set-up, point-to-point transfers and collectives, each with a
+timeout, so a stuck peer becomes an error that names the rank and the
+operation instead of a hang. Strategies and schedules never call
+``torch.distributed`` directly for data movement.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+
+class CommTimeout(RuntimeError):
+    """A collective or point-to-point operation did not finish within its timeout."""
+
+
+@dataclass
+class DistContext:
+    rank: int
+    world_size: int
+    local_rank: int
+    device: torch.device
+    backend: str
+    timeout: timedelta
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on now (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def init_process_group(rank: int, world_size: int, local_rank: int, device: str, backend: str, timeout_s: float) -> DistContext:
+    """Join the job's process group from the usual environment variables.
+
+    MASTER_ADDR/MASTER_PORT come from the launcher (ours, torchrun or Slurm).
+    """
+    if device == "cuda":
+        torch.cuda.set_device(local_rank)
+        dev = torch.device("cuda", local_rank)
+    else:
+        dev = torch.device("cpu")
+    if backend == "auto":
+        backend = "nccl" if dev.type == "cuda" else "gloo"
+    timeout = timedelta(seconds=timeout_s)
+    if not dist.is_initialized():
+        kwargs = {"device_id": dev} if dev.type == "cuda" else {}
+        dist.init_process_group(backend=backend, rank=rank, world_size=world_size, timeout=timeout, **kwargs)
+    return DistContext(rank, world_size, local_rank, dev, backend, timeout)
+
+
+def destroy() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def _wait(work: dist.Work, what: str, timeout: timedelta) -> None:
+    try:
+        ok = work.wait(timeout)
+    except RuntimeError as e:
+        raise CommTimeout(f"rank {dist.get_rank()}: {what} failed or timed out after {timeout.total_seconds():.0f}s: {e}") from e
+    if ok is False:
+        raise CommTimeout(f"rank {dist.get_rank()}: {what} timed out after {timeout.total_seconds():.0f}s")
+
+
+def new_group(ranks: list[int], timeout: timedelta):
+    """A sub-group; must be called by every rank of the job in the same order."""
+    return dist.new_group(ranks=sorted(ranks), timeout=timeout)
+
+
+class Comm:
+    """Timed-out transfers for one rank. ``timeout`` applies to every operation."""
+
+    def __init__(self, ctx: DistContext):
+        self.ctx = ctx
+        self.timeout = ctx.timeout
+
+    # point to point -------------------------------------------------------
+    def isend(self, tensor: torch.Tensor, dst: int, tag: int = 0) -> "Pending":
+        return Pending(dist.isend(tensor, dst=dst, tag=tag), f"send to rank {dst} (tag {tag})", self.timeout)
+
+    def irecv(self, tensor: torch.Tensor, src: int, tag: int = 0) -> "Pending":
+        return Pending(dist.irecv(tensor, src=src, tag=tag), f"receive from rank {src} (tag {tag})", self.timeout)
+
+    # collectives --------------------------------------------------------
+    def all_reduce_async(self, tensor: torch.Tensor, group=None) -> "Pending":
+        work = dist.all_reduce(tensor, op=dist.ReduceOp.SUM, group=group, async_op=True)
+        return Pending(work, "all-reduce", self.timeout)
+
+    def all_reduce(self, tensor: torch.Tensor, group=None) -> torch.Tensor:
+        self.all_reduce_async(tensor, group).wait()
+        return tensor
+
+    def broadcast(self, tensor: torch.Tensor, src: int, group=None) -> torch.Tensor:
+        work = dist.broadcast(tensor, src=src, group=group, async_op=True)
+        _wait(work, f"broadcast from rank {src}", self.timeout)
+        return tensor
+
+    def barrier(self) -> None:
+        # monitored_barrier names the rank that did not arrive (gloo only)
+        if self.ctx.backend == "gloo":
+            dist.monitored_barrier(timeout=self.timeout)
+        else:
+            dist.barrier()
+
+    def gather_objects(self, obj) -> list:
+        """Every rank's ``obj``, on every rank (small metadata only)."""
+        out: list = [None] * self.ctx.world_size
+        dist.all_gather_object(out, obj)
+        return out
+
+
+class Pending:
+    """An in-flight operation; :meth:`wait` enforces the timeout and names the peer."""
+
+    def __init__(self, work: dist.Work, what: str, timeout: timedelta):
+        self.work, self.what, self.timeout = work, what, timeout
+
+    def wait(self) -> None:
+        _wait(self.work, self.what, self.timeout)
+
+
+def env_rank_info() -> tuple[int, int, int] | None:
+    """(rank, world_size, local_rank) when this process was started by torchrun or Slurm.
+
+    torchrun sets RANK/WORLD_SIZE/LOCAL_RANK; under Slurm we read SLURM_PROCID,
+    SLURM_NTASKS and SLURM_LOCALID (submitit's TorchDistributedEnvironment
+    exports the same). MASTER_ADDR/MASTER_PORT must be set by the launcher.
+    """
+    env = os.environ
+    if "RANK" in env and "WORLD_SIZE" in env and "MASTER_ADDR" in env:
+        return int(env["RANK"]), int(env["WORLD_SIZE"]), int(env.get("LOCAL_RANK", 0))
+    return None

@@ -1,0 +1,138 @@
+"""Structured-config schema for every run.
+
+The dataclasses here are registered in Hydra's ConfigStore as the schema of the
+primary config and of each config group, so a misspelt key or a value of the
+wrong type is refused by Hydra while composing, before any process starts.
+Semantic checks that need more than types (a batch that cannot be split, more
+stages than layers, ...) live in :mod:`harness.spec`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+
+@dataclass
+class ModelConfig:
+    """A timm Vision Transformer with a 100-class head."""
+
+    name: str = MISSING
+    img_size: int = 32
+    patch_size: int = 4
+    embed_dim: int = 192
+    depth: int = 12
+    num_heads: int = 3
+    mlp_ratio: float = 4.0
+    num_classes: int = 100
+
+
+@dataclass
+class DataConfig:
+    name: str = MISSING  # synthetic | cifar100
+    root: str = "data/cifar100"
+    download: bool = False
+    # synthetic only: how many images to generate per split
+    train_size: int = 10000
+    test_size: int = 2000
+    # synthetic only: per-pixel noise around each class prototype; higher is harder
+    noise: float = 0.6
+    num_classes: int = 100
+    image_size: int = 32
+
+
+@dataclass
+class StrategyConfig:
+    """One schema for all strategies; each strategy reads the keys it uses.
+
+    Keeping a single schema (rather than one per strategy) lets a sweep over
+    ``strategy=`` share overrides such as ``strategy.stages``.
+    """
+
+    name: str = MISSING
+    # pipeline layout: number of stages and, optionally, explicit boundaries
+    # (index of the first layer of stages 1..S-1)
+    stages: int = 1
+    boundaries: Optional[list[int]] = None
+    # replicas per stage (AshPipe: non-uniform); None means world_size / stages each
+    replicas: Optional[list[int]] = None
+    # pipeline schedule: 1f1b | gpipe
+    schedule: str = "1f1b"
+    # activation recomputation: none | auto | all | a list of layer indices
+    recompute: Any = "none"
+    # Hippie: gradient all-reduce bucket size (MiB) for the hidden communication
+    bucket_mb: float = 4.0
+    # torchgpipe checkpoint mode: always | except_last | never
+    checkpoint: str = "except_last"
+    # DeepSpeed partition method when no boundaries are given: parameters | uniform | type:...
+    partition_method: str = "parameters"
+
+
+@dataclass
+class TrainConfig:
+    global_batch: int = 64
+    micro_batches: int = 1
+    steps: int = 100
+    # if set, overrides steps with epochs * (train_size // global_batch)
+    epochs: Optional[int] = None
+    # steps excluded from timing (first iterations pay one-time costs)
+    warmup_steps: int = 3
+    optimizer: str = "adamw"  # adamw | sgd
+    lr: float = 2e-3
+    weight_decay: float = 0.0
+    momentum: float = 0.9
+    # evaluate on the test split every this many steps (0: only at the end)
+    eval_every: int = 0
+    # cap on test images evaluated (0: the whole split)
+    eval_samples: int = 0
+    # accuracy that defines time-to-accuracy in the record
+    target_accuracy: float = 0.05
+    # measure live training bytes with the allocator profiler for one extra step (CPU)
+    measure_memory: bool = True
+
+
+@dataclass
+class LaunchConfig:
+    # seconds every collective and point-to-point operation may take
+    collective_timeout: float = 120.0
+    # seconds after the first worker failure by which all workers are ended
+    failure_timeout: float = 30.0
+    # cpu | cuda | auto (cuda when available)
+    device: str = "cpu"
+    # torch intra-op threads per worker (0: cores / workers, at least 1)
+    threads_per_worker: int = 0
+    backend: str = "auto"  # auto | gloo | nccl
+
+
+@dataclass
+class LoggerConfig:
+    mode: str = "offline"  # offline | online | disabled
+    project: str = "pipebench"
+    entity: Optional[str] = None
+    group: Optional[str] = None
+
+
+@dataclass
+class RunConfig:
+    model: ModelConfig = MISSING
+    data: DataConfig = MISSING
+    strategy: StrategyConfig = MISSING
+    logger: LoggerConfig = MISSING
+    train: TrainConfig = field(default_factory=TrainConfig)
+    launch: LaunchConfig = field(default_factory=LaunchConfig)
+    world_size: int = 1
+    seed: int = 0
+    # free-form tag recorded with the run (e.g. the experiment name)
+    tag: str = ""
+
+
+def register_configs() -> None:
+    cs = ConfigStore.instance()
+    cs.store(name="run_schema", node=RunConfig)
+    cs.store(group="model", name="model_schema", node=ModelConfig)
+    cs.store(group="data", name="data_schema", node=DataConfig)
+    cs.store(group="strategy", name="strategy_schema", node=StrategyConfig)
+    cs.store(group="logger", name="logger_schema", node=LoggerConfig)

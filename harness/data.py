@@ -1,0 +1,137 @@
+"""Datasets and the global batch order every strategy shares.
+
+Both data sets are held in memory as uint8 images (CIFAR-100 is 150 MB) and
+normalised per batch, so every rank can index any global batch cheaply and the
+same seed gives the same batches under every strategy and layout.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+
+from harness.config import DataConfig
+from harness.errors import ConfigError
+
+# CIFAR-100 channel statistics (used for both data sets, so inputs look alike)
+_MEAN = torch.tensor([0.5071, 0.4865, 0.4409]).view(1, 3, 1, 1)
+_STD = torch.tensor([0.2673, 0.2564, 0.2762]).view(1, 3, 1, 1)
+
+
+@dataclass
+class Split:
+    images: torch.Tensor  # uint8, N x 3 x H x W
+    labels: torch.Tensor  # int64, N
+
+    def __len__(self) -> int:
+        return self.labels.shape[0]
+
+    def batch(self, indices: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x = self.images[indices].float().div_(255.0)
+        return (x - _MEAN) / _STD, self.labels[indices]
+
+
+@dataclass
+class Dataset:
+    train: Split
+    test: Split
+    num_classes: int
+
+
+def synthetic(cfg: DataConfig, seed: int) -> Dataset:
+    """CIFAR-100-shaped images drawn around one smooth random prototype per class.
+
+    A prototype is an 8x8 colour pattern upsampled to 32x32; each image is its
+    class prototype under a random brightness/contrast change plus pixel noise.
+    Classes are separable but not trivially so, which makes the data learnable
+    (a micro ViT gets well above chance in a few dozen steps) without files.
+    """
+    g = torch.Generator().manual_seed(10_000 + seed)
+    n_cls, size = cfg.num_classes, cfg.image_size
+    coarse = torch.rand(n_cls, 3, 8, 8, generator=g)
+    prototypes = torch.nn.functional.interpolate(coarse, size=(size, size), mode="bilinear", align_corners=False)
+
+    def make(n: int) -> Split:
+        labels = torch.randint(0, n_cls, (n,), generator=g)
+        contrast = 0.6 + 0.8 * torch.rand(n, 1, 1, 1, generator=g)
+        brightness = 0.2 * torch.randn(n, 1, 1, 1, generator=g)
+        noise = cfg.noise * 0.25 * torch.randn(n, 3, size, size, generator=g)
+        img = (prototypes[labels] - 0.5) * contrast + 0.5 + brightness + noise
+        return Split((img.clamp_(0, 1) * 255).round_().to(torch.uint8), labels)
+
+    return Dataset(train=make(cfg.train_size), test=make(cfg.test_size), num_classes=n_cls)
+
+
+def cifar100(cfg: DataConfig) -> Dataset:
+    """CIFAR-100 read by torchvision from ``cfg.root`` (official python archive layout)."""
+    from torchvision.datasets import CIFAR100
+
+    root = os.path.abspath(os.path.expanduser(cfg.root))
+    splits = {}
+    for name, train in (("train", True), ("test", False)):
+        try:
+            ds = CIFAR100(root=root, train=train, download=cfg.download)
+        except RuntimeError as e:  # torchvision: "Dataset not found or corrupted..."
+            raise ConfigError(
+                f"CIFAR-100 not found or corrupted under {root} ({e}); "
+                "put the official 'cifar-100-python' folder there, or pass data.download=true where the network allows"
+            ) from None
+        except Exception as e:  # unpickling a truncated or corrupt batch file
+            raise ConfigError(
+                f"CIFAR-100 file under {root}/cifar-100-python is unreadable ({type(e).__name__}: {e}); "
+                "delete the folder and fetch it again (data.download=true)"
+            ) from None
+        images = torch.from_numpy(ds.data).permute(0, 3, 1, 2).contiguous()
+        splits[name] = Split(images, torch.tensor(ds.targets, dtype=torch.int64))
+    return Dataset(train=splits["train"], test=splits["test"], num_classes=100)
+
+
+def load(cfg: DataConfig, seed: int) -> Dataset:
+    if cfg.name == "synthetic":
+        return synthetic(cfg, seed)
+    if cfg.name == "cifar100":
+        return cifar100(cfg)
+    raise ConfigError(f"unknown data set '{cfg.name}'; use data=synthetic or data=cifar100")
+
+
+def check_available(cfg: DataConfig) -> None:
+    """Cheap pre-launch check that the data set can be found (no loading)."""
+    if cfg.name == "cifar100" and not cfg.download:
+        folder = os.path.join(os.path.abspath(os.path.expanduser(cfg.root)), "cifar-100-python")
+        missing = [f for f in ("train", "test", "meta") if not os.path.isfile(os.path.join(folder, f))]
+        if missing:
+            raise ConfigError(
+                f"CIFAR-100 not found: {folder} lacks {', '.join(missing)}; "
+                "set data.root to the folder holding 'cifar-100-python', or pass data.download=true where the network allows"
+            )
+
+
+class BatchOrder:
+    """The sequence of global batches: a fresh permutation of the train split per epoch.
+
+    Depends only on the seed, the split size and the global batch, so every
+    strategy, world size and resume sees the same samples in the same order.
+    """
+
+    def __init__(self, n: int, global_batch: int, seed: int):
+        if global_batch > n:
+            raise ConfigError(f"train.global_batch={global_batch} exceeds the {n} training images")
+        self.n, self.global_batch, self.seed = n, global_batch, seed
+        self.steps_per_epoch = n // global_batch
+
+    def indices(self, step: int) -> torch.Tensor:
+        epoch, k = divmod(step, self.steps_per_epoch)
+        perm = torch.randperm(self.n, generator=torch.Generator().manual_seed(self.seed * 1_000_003 + epoch))
+        return perm[k * self.global_batch : (k + 1) * self.global_batch]
+
+
+def replica_slice(batch_size: int, replicas: int, replica: int) -> slice:
+    """Contiguous share of a batch for one of ``replicas`` replicas.
+
+    Replica r takes ``(B + r) // n`` samples (AshPipe's rule), which sums to B
+    for any B >= n, so uneven batches are split without dropping samples.
+    """
+    start = sum((batch_size + r) // replicas for r in range(replica))
+    return slice(start, start + (batch_size + replica) // replicas)

@@ -1,0 +1,99 @@
+"""timm Vision Transformers exposed as an ordered list of partitionable layers.
+
+Every strategy builds from the same list: ``[embedding, block_0, ..., block_{d-1},
+head]``. Running the layers one after another gives exactly the timm model's
+output (tests check it), so a pipeline stage is simply a contiguous slice of
+the list. Model code never talks to the network or to other processes.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from harness.config import ModelConfig
+
+
+class Embedding(nn.Module):
+    """Patch embedding, class token, position embedding and pre-norm of a timm ViT.
+
+    Inputs whose size differs from the model's ``img_size`` (CIFAR's 32x32 for
+    ViT-H/14 at 224) are resized here, so data loading stays model-agnostic.
+    The token logic is timm's default ViT layout (class token, position
+    embedding that includes it); :func:`build_timm_vit` only builds that layout.
+    """
+
+    def __init__(self, vit: nn.Module, img_size: int):
+        super().__init__()
+        self.img_size = img_size
+        self.patch_embed = vit.patch_embed
+        self.cls_token = vit.cls_token
+        self.pos_embed = vit.pos_embed
+        self.pos_drop = vit.pos_drop
+        self.patch_drop = vit.patch_drop
+        self.norm_pre = vit.norm_pre
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[-1] != self.img_size or x.shape[-2] != self.img_size:
+            x = F.interpolate(x, size=(self.img_size, self.img_size), mode="bilinear", align_corners=False)
+        x = self.patch_embed(x)
+        x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)
+        x = self.pos_drop(x + self.pos_embed)
+        x = self.patch_drop(x)
+        return self.norm_pre(x)
+
+
+class Head(nn.Module):
+    """Final norm, class-token pooling and classifier of a timm ViT."""
+
+    def __init__(self, vit: nn.Module):
+        super().__init__()
+        self.norm = vit.norm
+        self.fc_norm = vit.fc_norm
+        self.head_drop = vit.head_drop
+        self.head = vit.head
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.norm(x)[:, 0]
+        return self.head(self.head_drop(self.fc_norm(x)))
+
+
+def build_timm_vit(cfg: ModelConfig) -> nn.Module:
+    from timm.models.vision_transformer import VisionTransformer
+
+    return VisionTransformer(
+        img_size=cfg.img_size,
+        patch_size=cfg.patch_size,
+        embed_dim=cfg.embed_dim,
+        depth=cfg.depth,
+        num_heads=cfg.num_heads,
+        mlp_ratio=cfg.mlp_ratio,
+        num_classes=cfg.num_classes,
+        global_pool="token",
+        class_token=True,
+        no_embed_class=False,
+        reg_tokens=0,
+        dynamic_img_size=False,
+    )
+
+
+def build_layers(cfg: ModelConfig, seed: int) -> list[nn.Module]:
+    """The model as partitionable layers, initialised identically for a given seed.
+
+    Every strategy calls this on every rank with the same seed, so all start from
+    the same weights whatever the layout.
+    """
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        vit = build_timm_vit(cfg)
+    return [Embedding(vit, cfg.img_size), *vit.blocks, Head(vit)]
+
+
+def num_layers(cfg: ModelConfig) -> int:
+    """Length of :func:`build_layers`'s list, known without building the model."""
+    return cfg.depth + 2
+
+
+def count_parameters(layers: list[nn.Module]) -> int:
+    return sum(p.numel() for layer in layers for p in layer.parameters())

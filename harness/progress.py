@@ -1,0 +1,24 @@
+"""Progress output for long work: one tqdm bar per run (rank 0), with loss and samples/s."""
+
+from __future__ import annotations
+
+import sys
+
+from tqdm import tqdm
+
+
+class StepProgress:
+    def __init__(self, steps: int, global_batch: int, enabled: bool, label: str):
+        self.global_batch = global_batch
+        self.bar = tqdm(total=steps, desc=label, unit="step", file=sys.stderr, disable=not enabled,
+                        dynamic_ncols=True, mininterval=0.5)
+
+    def update(self, step: int, loss: float, step_time: float | None) -> None:
+        postfix = {"loss": f"{loss:.3f}"}
+        if step_time:
+            postfix["samples/s"] = f"{self.global_batch / step_time:.0f}"
+        self.bar.set_postfix(postfix, refresh=False)
+        self.bar.update(1)
+
+    def close(self) -> None:
+        self.bar.close()

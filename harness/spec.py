@@ -1,0 +1,121 @@
+"""From a composed Hydra config to a validated run spec, before any process starts.
+
+Hydra's structured schema already refuses unknown keys and wrong types; the
+checks here need more than types (a batch that cannot be split, more workers
+than GPUs, a missing data set, ...). Each failure is a ConfigError whose one
+line says what is wrong and how to fix it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from harness import data as data_mod
+from harness.config import DataConfig, LaunchConfig, LoggerConfig, ModelConfig, RunConfig, StrategyConfig, TrainConfig
+from harness.errors import ConfigError
+from harness.strategy import strategy_class
+
+_LOGGER_MODES = ("offline", "online", "disabled")
+
+
+@dataclass
+class RunSpec:
+    model: ModelConfig
+    data: DataConfig
+    strategy: StrategyConfig
+    train: TrainConfig
+    launch: LaunchConfig
+    logger: LoggerConfig
+    world_size: int
+    seed: int
+    tag: str
+    steps: int  # resolved from train.steps or train.epochs
+    device: str  # cpu | cuda
+
+    @property
+    def timed_steps(self) -> int:
+        return self.steps - self.train.warmup_steps - (1 if self.train.measure_memory else 0)
+
+    def summary(self) -> dict:
+        """The fields every record carries about what was run."""
+        return {
+            "strategy": self.strategy.name,
+            "model": self.model.name,
+            "data": self.data.name,
+            "world_size": self.world_size,
+            "global_batch": self.train.global_batch,
+            "micro_batches": self.train.micro_batches,
+            "steps": self.steps,
+            "seed": self.seed,
+            "device": self.device,
+            "tag": self.tag,
+        }
+
+
+def _positive(name: str, value, minimum: int = 1) -> None:
+    if value is None or value < minimum:
+        raise ConfigError(f"{name}={value} must be at least {minimum}")
+
+
+def build_spec(cfg: DictConfig | RunConfig) -> RunSpec:
+    """Validate ``cfg`` and resolve derived values; raises ConfigError on bad input."""
+    rc: RunConfig = OmegaConf.to_object(cfg) if isinstance(cfg, DictConfig) else cfg
+    t, launch = rc.train, rc.launch
+
+    _positive("world_size", rc.world_size)
+    _positive("train.global_batch", t.global_batch)
+    _positive("train.micro_batches", t.micro_batches)
+    if t.global_batch < t.micro_batches:
+        raise ConfigError(
+            f"train.global_batch={t.global_batch} cannot be split into train.micro_batches={t.micro_batches}; "
+            "raise the batch or lower the micro-batch count"
+        )
+    if t.warmup_steps < 0:
+        raise ConfigError(f"train.warmup_steps={t.warmup_steps} must be 0 or more")
+    if rc.logger.mode not in _LOGGER_MODES:
+        raise ConfigError(f"logger.mode={rc.logger.mode} is not one of {', '.join(_LOGGER_MODES)}")
+    if t.optimizer not in ("adamw", "sgd"):
+        raise ConfigError(f"train.optimizer={t.optimizer} is not supported; use adamw or sgd")
+    if rc.data.name not in ("synthetic", "cifar100"):
+        raise ConfigError(f"unknown data set '{rc.data.name}'; use data=synthetic or data=cifar100")
+    for key in ("depth", "embed_dim", "num_heads", "patch_size", "img_size"):
+        _positive(f"model.{key}", getattr(rc.model, key))
+    if rc.model.embed_dim % rc.model.num_heads:
+        raise ConfigError(f"model.embed_dim={rc.model.embed_dim} must be divisible by model.num_heads={rc.model.num_heads}")
+
+    steps_per_epoch = (rc.data.train_size if rc.data.name == "synthetic" else 50000) // t.global_batch
+    if t.epochs is not None:
+        _positive("train.epochs", t.epochs)
+        steps = t.epochs * steps_per_epoch
+    else:
+        steps = t.steps
+    _positive("train.steps", steps)
+
+    device = launch.device
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device not in ("cpu", "cuda"):
+        raise ConfigError(f"launch.device={device} is not one of cpu, cuda, auto")
+    if device == "cuda":
+        gpus = torch.cuda.device_count()
+        if gpus == 0:
+            raise ConfigError("launch.device=cuda but no GPU is visible; use launch.device=cpu")
+        if rc.world_size > gpus and "WORLD_SIZE" not in __import__("os").environ:
+            raise ConfigError(f"world_size={rc.world_size} needs one GPU per worker but {gpus} are visible; lower world_size")
+
+    spec = RunSpec(
+        model=rc.model, data=rc.data, strategy=rc.strategy, train=t, launch=launch, logger=rc.logger,
+        world_size=rc.world_size, seed=rc.seed, tag=rc.tag, steps=steps, device=device,
+    )
+    if spec.timed_steps < 1:
+        raise ConfigError(
+            f"train.steps={steps} leaves no timed step after {t.warmup_steps} warm-up step(s)"
+            + (" and the memory step" if t.measure_memory else "")
+            + f"; use train.steps>={t.warmup_steps + 1 + int(t.measure_memory)} or lower train.warmup_steps"
+        )
+    data_mod.check_available(rc.data)
+    strategy_class(rc.strategy.name).check(spec)
+    return spec

@@ -1,0 +1,110 @@
+"""The one interface every training strategy implements, ours and the baselines.
+
+A strategy is built on every rank from the model's layer list and the run
+spec, then driven by :mod:`harness.worker` one global batch at a time. It owns
+how the batch is split, where layers live, how gradients are combined and
+when the optimizer steps; the worker owns timing, memory measurement, data
+order and evaluation bookkeeping, so those are identical for all strategies.
+"""
+
+from __future__ import annotations
+
+import importlib
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Iterable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from harness.errors import ConfigError
+
+if TYPE_CHECKING:
+    from harness.comm import Comm, DistContext
+    from harness.spec import RunSpec
+
+# strategy name -> "module:Class", imported only when used (baselines pull in heavy libraries)
+REGISTRY: dict[str, str] = {
+    "dp": "baselines.ddp:DDPStrategy",
+}
+
+
+@dataclass
+class EvalResult:
+    correct: int
+    count: int
+    loss_sum: float
+
+
+class Strategy(ABC):
+    """Base class. Subclasses implement the abstract methods; see each docstring."""
+
+    name: str = ""
+
+    def __init__(self, spec: "RunSpec", layers: list[nn.Module], ctx: "DistContext", comm: "Comm"):
+        self.spec, self.ctx, self.comm = spec, ctx, comm
+
+    @classmethod
+    def check(cls, spec: "RunSpec") -> None:
+        """Refuse a spec this strategy cannot run (raise ConfigError); runs before launch."""
+
+    @abstractmethod
+    def train_step(self, x: torch.Tensor, y: torch.Tensor) -> float:
+        """One optimizer step on the global batch ``(x, y)`` (every rank gets all of it).
+
+        Returns the global mean loss on rank 0 (other ranks may return anything).
+        Gradients must be released (``set_to_none``) before returning, so that
+        only resident state is live between steps.
+        """
+
+    @abstractmethod
+    def evaluate(self, x: torch.Tensor, y: torch.Tensor) -> EvalResult:
+        """Forward-only pass on a global batch; the totals must be valid on rank 0."""
+
+    @abstractmethod
+    def resident_tensors(self) -> Iterable[torch.Tensor]:
+        """Tensors this rank holds between steps (parameters, optimizer state, stashes, buffers)."""
+
+    def extra_metrics(self) -> dict:
+        """Strategy-specific per-rank figures for the record (e.g. time split, events)."""
+        return {}
+
+    def layout(self) -> dict:
+        """What this rank runs (stage, replica, layers), for the record."""
+        return {}
+
+    def state_dict_for_check(self) -> dict[str, torch.Tensor]:
+        """This rank's parameters keyed by their name in the full layer list (for tests)."""
+        raise NotImplementedError
+
+
+def make_optimizer(params: Iterable[nn.Parameter], spec: "RunSpec") -> torch.optim.Optimizer:
+    t = spec.train
+    params = list(params)
+    if t.optimizer == "adamw":
+        return torch.optim.AdamW(params, lr=t.lr, weight_decay=t.weight_decay)
+    if t.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=t.lr, momentum=t.momentum, weight_decay=t.weight_decay)
+    raise ConfigError(f"unknown train.optimizer '{t.optimizer}'; use adamw or sgd")
+
+
+def summed_loss(logits: torch.Tensor, y: torch.Tensor, global_batch: int) -> torch.Tensor:
+    """Cross-entropy summed over the local samples and divided by the global batch.
+
+    Summing these over any split of the batch (replicas, micro-batches) gives the
+    global mean, so every layout computes the same gradient as one process.
+    """
+    return F.cross_entropy(logits, y, reduction="sum") / global_batch
+
+
+def named_parameters(layers: list[nn.Module], indices: Iterable[int]) -> dict[str, nn.Parameter]:
+    """Parameters of the given layers keyed ``"<layer index>.<name>"`` (stable across layouts)."""
+    return {f"{i}.{n}": p for i in indices for n, p in layers[i].named_parameters()}
+
+
+def strategy_class(name: str) -> type[Strategy]:
+    if name not in REGISTRY:
+        raise ConfigError(f"unknown strategy '{name}'; choose one of: {', '.join(sorted(REGISTRY))}")
+    module, cls = REGISTRY[name].split(":")
+    return getattr(importlib.import_module(module), cls)

@@ -1,0 +1,45 @@
+"""Mirror a run's record to wandb: curves as history, the record as the summary.
+
+wandb is a mirror, never the source of truth: any failure here (no network,
+no login, a broken offline directory) is reported as a warning and the local
+record stands. Nothing secret is put into the run: only the record, whose
+fields come from the config and the measurements.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+log = logging.getLogger(__name__)
+
+_SCALARS = (int, float, str, bool, type(None))
+
+
+def mirror(record: dict, output_dir: str, mode: str, project: str, entity: str | None, group: str | None) -> str | None:
+    """Log ``record`` as one wandb run; returns the run's local directory, or None."""
+    if mode == "disabled":
+        return None
+    try:
+        import wandb
+
+        os.environ.setdefault("WANDB_SILENT", "true")
+        run = wandb.init(
+            project=project, entity=entity, group=group, job_type=record.get("strategy"),
+            name=os.path.basename(os.path.normpath(output_dir)), dir=output_dir, mode=mode,
+            config=record.get("config", {}), reinit="finish_previous",
+        )
+        try:
+            for step, loss in record.get("loss_curve") or []:
+                run.log({"train/loss": loss}, step=step)
+            for point in record.get("accuracy_curve") or []:
+                run.log({"test/accuracy": point["accuracy"], "test/loss": point["loss"]}, step=point["step"])
+            run.summary.update({k: v for k, v in record.items() if isinstance(v, _SCALARS)})
+            run.summary["peak_memory_per_rank"] = record.get("peak_memory_per_rank")
+            return run.dir
+        finally:
+            run.finish(exit_code=0 if record.get("status") == "ok" else 1)
+    except Exception as e:  # the local record must survive any wandb problem
+        log.warning("wandb mirror failed (%s: %s); the local record %s is unaffected",
+                    type(e).__name__, e, os.path.join(output_dir, "metrics.json"))
+        return None

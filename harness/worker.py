@@ -1,0 +1,150 @@
+"""The per-rank training loop shared by every strategy.
+
+It owns what must be identical across strategies for a fair comparison: the
+data order, which steps are timed, how memory is measured, when and how
+evaluation runs. Rank 0 gathers every rank's measurements into one result.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import torch
+
+from harness import comm as comm_mod
+from harness.data import BatchOrder, load
+from harness.metrics import MemoryMeter, peak_rss_bytes, step_time_summary
+from harness.models import build_layers, count_parameters
+from harness.progress import StepProgress
+from harness.spec import RunSpec
+from harness.strategy import strategy_class
+
+
+def _threads(spec: RunSpec, local_world: int) -> int:
+    if spec.launch.threads_per_worker > 0:
+        return spec.launch.threads_per_worker
+    return max(1, (os.cpu_count() or 1) // max(1, local_world))
+
+
+def train(spec: RunSpec, ctx: comm_mod.DistContext, progress: bool = True) -> dict | None:
+    """Train as ``spec`` says on this rank; returns the job's result on rank 0, else None."""
+    comm = comm_mod.Comm(ctx)
+    dataset = load(spec.data, spec.seed)
+    order = BatchOrder(len(dataset.train), spec.train.global_batch, spec.seed)
+    layers = build_layers(spec.model, spec.seed)
+    n_params = count_parameters(layers)
+    strategy = strategy_class(spec.strategy.name)(spec, layers, ctx, comm)
+    meter = MemoryMeter(ctx.device)
+
+    t, steps = spec.train, spec.steps
+    memory_step = steps - 1 if t.measure_memory else None
+    step_times: list[float] = []
+    losses: list[tuple[int, float]] = []
+    curve: list[dict] = []
+    bar = StepProgress(steps, t.global_batch, enabled=progress and ctx.is_main, label=spec.strategy.name)
+    train_start = time.perf_counter()
+    reached_target_s = None
+
+    for step in range(steps):
+        x, y = dataset.train.batch(order.indices(step))
+        x, y = x.to(ctx.device, non_blocking=True), y.to(ctx.device, non_blocking=True)
+        if step == memory_step:
+            with meter.measure_step(strategy.resident_tensors()):
+                loss = strategy.train_step(x, y)
+            dt = None
+        else:
+            t0 = time.perf_counter()
+            loss = strategy.train_step(x, y)
+            if ctx.device.type == "cuda":
+                torch.cuda.synchronize(ctx.device)
+            dt = time.perf_counter() - t0
+            if step >= t.warmup_steps:
+                step_times.append(dt)
+        losses.append((step, float(loss)))
+        bar.update(step, float(loss), dt)
+        if t.eval_every and (step + 1) % t.eval_every == 0 and step + 1 < steps:
+            point = _evaluate(strategy, dataset, spec, ctx)
+            point.update(step=step + 1, elapsed_s=time.perf_counter() - train_start)
+            curve.append(point)
+            if reached_target_s is None and point["accuracy"] >= t.target_accuracy:
+                reached_target_s = point["elapsed_s"]
+    train_time = time.perf_counter() - train_start
+    bar.close()
+
+    final = _evaluate(strategy, dataset, spec, ctx)
+    final.update(step=steps, elapsed_s=train_time)
+    curve.append(final)
+    if reached_target_s is None and final["accuracy"] >= t.target_accuracy:
+        reached_target_s = train_time
+
+    per_rank = {
+        "rank": ctx.rank,
+        "step_times": step_times,
+        "peak_memory_bytes": meter.peak_bytes,
+        "resident_bytes": meter.resident_bytes,
+        "peak_rss_bytes": peak_rss_bytes(),
+        "layout": strategy.layout(),
+        **strategy.extra_metrics(),
+    }
+    gathered = comm.gather_objects(per_rank)
+    if not ctx.is_main:
+        return None
+
+    timing = step_time_summary([r["step_times"] for r in gathered])
+    step_time = timing["step_time_s"]
+    peaks = [r["peak_memory_bytes"] for r in gathered]
+    return {
+        **timing,
+        "throughput": t.global_batch / step_time if step_time else None,
+        "peak_memory_bytes": max(p for p in peaks if p is not None) if any(p is not None for p in peaks) else None,
+        "peak_memory_per_rank": peaks,
+        "peak_rss_per_rank": [r["peak_rss_bytes"] for r in gathered],
+        "memory_method": "cuda_max_allocated" if ctx.device.type == "cuda" else ("cpu_profiler_live_bytes" if t.measure_memory else None),
+        "accuracy": final["accuracy"],
+        "test_loss": final["loss"],
+        "final_loss": losses[-1][1],
+        "loss_curve": losses,
+        "accuracy_curve": curve,
+        "time_to_target_s": reached_target_s,
+        "target_accuracy": t.target_accuracy,
+        "train_time_s": train_time,
+        "parameters": n_params,
+        "per_rank": gathered,
+    }
+
+
+@torch.no_grad()
+def _evaluate(strategy, dataset, spec: RunSpec, ctx) -> dict:
+    test = dataset.test
+    n = len(test) if spec.train.eval_samples <= 0 else min(spec.train.eval_samples, len(test))
+    bs = max(spec.train.global_batch, 256)
+    correct = count = 0
+    loss_sum = 0.0
+    for start in range(0, n, bs):
+        idx = torch.arange(start, min(start + bs, n))
+        if idx.numel() < spec.train.micro_batches * spec.world_size:
+            break  # a tail too small to split across the layout: skip (same for every strategy)
+        x, y = test.batch(idx)
+        r = strategy.evaluate(x.to(ctx.device), y.to(ctx.device))
+        correct, count, loss_sum = correct + r.correct, count + r.count, loss_sum + r.loss_sum
+    return {"accuracy": correct / max(count, 1), "loss": loss_sum / max(count, 1), "count": count}
+
+
+def worker_main(rank: int, spec: RunSpec, world_size: int, local_world: int, result_path: str | None, progress: bool) -> None:
+    """Entry point of one spawned (or externally launched) worker process."""
+    torch.set_num_threads(_threads(spec, local_world))
+    ctx = comm_mod.init_process_group(
+        rank=rank, world_size=world_size, local_rank=rank % max(local_world, 1),
+        device=spec.device, backend=spec.launch.backend, timeout_s=spec.launch.collective_timeout,
+    )
+    try:
+        result = train(spec, ctx, progress=progress)
+        if result is not None and result_path:
+            tmp = result_path + ".tmp"
+            with open(tmp, "w") as f:
+                json.dump(result, f)
+            os.replace(tmp, result_path)
+    finally:
+        comm_mod.destroy()
