@@ -35,6 +35,8 @@ class DataConfig:
     name: str = MISSING  # synthetic | cifar100
     root: str = "data/cifar100"
     download: bool = False
+    # check the official MD5 sums (turn off for data you generated in the official format)
+    verify_md5: bool = True
     # synthetic only: how many images to generate per split
     train_size: int = 10000
     test_size: int = 2000

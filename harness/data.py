@@ -64,25 +64,64 @@ def synthetic(cfg: DataConfig, seed: int) -> Dataset:
     return Dataset(train=make(cfg.train_size), test=make(cfg.test_size), num_classes=n_cls)
 
 
+def _checked_cifar100(verify_md5: bool):
+    """torchvision's CIFAR100 whose integrity check names the file at fault.
+
+    torchvision only says "Dataset not found or corrupted"; a user needs to know
+    which file. With ``verify_md5`` off (data you generated in the official
+    format) each file is instead checked by unpickling it.
+    """
+    import pickle
+
+    from torchvision.datasets import CIFAR100
+    from torchvision.datasets.utils import check_integrity
+
+    class CheckedCIFAR100(CIFAR100):
+        def _check_integrity(self) -> bool:
+            files = self.train_list + self.test_list + [[self.meta["filename"], self.meta["md5"]]]
+            for name, md5 in files:
+                path = os.path.join(self.root, self.base_folder, name)
+                if not os.path.isfile(path):
+                    raise ConfigError(
+                        f"CIFAR-100 file missing: {path}; set data.root to the folder holding 'cifar-100-python', "
+                        "or pass data.download=true where the network allows"
+                    )
+                if verify_md5:
+                    ok = check_integrity(path, md5)
+                else:
+                    try:
+                        with open(path, "rb") as f:
+                            ok = isinstance(pickle.load(f, encoding="latin1"), dict)
+                    except Exception:
+                        ok = False
+                if not ok:
+                    raise ConfigError(
+                        f"CIFAR-100 file {path} is corrupt or truncated"
+                        + (" (checksum mismatch)" if verify_md5 else " (cannot be unpickled)")
+                        + "; delete the 'cifar-100-python' folder and fetch it again (data.download=true)"
+                    )
+            return True
+
+        def _load_meta(self) -> None:
+            if not verify_md5:
+                self.meta = {**self.meta, "md5": None}
+            super()._load_meta()
+
+    return CheckedCIFAR100
+
+
 def cifar100(cfg: DataConfig) -> Dataset:
     """CIFAR-100 read by torchvision from ``cfg.root`` (official python archive layout)."""
-    from torchvision.datasets import CIFAR100
-
+    cls = _checked_cifar100(cfg.verify_md5)
     root = os.path.abspath(os.path.expanduser(cfg.root))
     splits = {}
     for name, train in (("train", True), ("test", False)):
         try:
-            ds = CIFAR100(root=root, train=train, download=cfg.download)
-        except RuntimeError as e:  # torchvision: "Dataset not found or corrupted..."
-            raise ConfigError(
-                f"CIFAR-100 not found or corrupted under {root} ({e}); "
-                "put the official 'cifar-100-python' folder there, or pass data.download=true where the network allows"
-            ) from None
-        except Exception as e:  # unpickling a truncated or corrupt batch file
-            raise ConfigError(
-                f"CIFAR-100 file under {root}/cifar-100-python is unreadable ({type(e).__name__}: {e}); "
-                "delete the folder and fetch it again (data.download=true)"
-            ) from None
+            ds = cls(root=root, train=train, download=cfg.download)
+        except ConfigError:
+            raise
+        except Exception as e:  # download without network, unexpected archive content, ...
+            raise ConfigError(f"CIFAR-100 under {root} could not be loaded ({type(e).__name__}: {e})") from None
         images = torch.from_numpy(ds.data).permute(0, 3, 1, 2).contiguous()
         splits[name] = Split(images, torch.tensor(ds.targets, dtype=torch.int64))
     return Dataset(train=splits["train"], test=splits["test"], num_classes=100)
@@ -97,15 +136,12 @@ def load(cfg: DataConfig, seed: int) -> Dataset:
 
 
 def check_available(cfg: DataConfig) -> None:
-    """Cheap pre-launch check that the data set can be found (no loading)."""
+    """Pre-launch check that the data set is there and intact, so workers never start on a bad one."""
     if cfg.name == "cifar100" and not cfg.download:
-        folder = os.path.join(os.path.abspath(os.path.expanduser(cfg.root)), "cifar-100-python")
-        missing = [f for f in ("train", "test", "meta") if not os.path.isfile(os.path.join(folder, f))]
-        if missing:
-            raise ConfigError(
-                f"CIFAR-100 not found: {folder} lacks {', '.join(missing)}; "
-                "set data.root to the folder holding 'cifar-100-python', or pass data.download=true where the network allows"
-            )
+        cls = _checked_cifar100(cfg.verify_md5)
+        probe = cls.__new__(cls)
+        probe.root = os.path.abspath(os.path.expanduser(cfg.root))
+        probe._check_integrity()
 
 
 class BatchOrder:

@@ -1,0 +1,89 @@
+"""The command line as a user runs it: single runs, multiruns, refusals, the results command."""
+
+import glob
+import json
+import os
+
+import pytest
+from hydra.errors import ConfigCompositionException
+from omegaconf.errors import ConfigKeyError, ValidationError
+
+from tests.conftest import ROOT, TINY, compose_config, run_cli
+
+
+def _record(run_dir):
+    with open(os.path.join(run_dir, "metrics.json")) as f:
+        return json.load(f)
+
+
+REQUIRED = ["status", "error", "strategy", "model", "data", "world_size", "global_batch", "micro_batches",
+            "throughput", "step_time_s", "peak_memory_bytes", "peak_memory_per_rank", "accuracy", "final_loss", "device"]
+
+
+def test_default_composition():
+    cfg = compose_config([])
+    assert cfg.strategy.name == "dp" and cfg.model.name == "vit_micro" and cfg.data.name == "synthetic"
+    assert cfg.logger.mode == "offline" and cfg.world_size == 1
+
+
+@pytest.mark.parametrize("override,error", [("train.stepz=3", ConfigKeyError), ("train.steps=many", ValidationError),
+                                            ("world_size=two", ValidationError)])
+def test_schema_refuses_misspelt_keys_and_wrong_types(override, error):
+    with pytest.raises((ConfigCompositionException, error)):
+        compose_config([override])
+
+
+def test_two_worker_run_writes_a_complete_record_and_an_offline_wandb_run(workdir):
+    run_dir = os.path.join(workdir, "run")
+    proc = run_cli(["world_size=2", *TINY, "logger.mode=offline", f"hydra.run.dir={run_dir}"], cwd=workdir)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rec = _record(run_dir)
+    assert all(k in rec for k in REQUIRED)
+    assert rec["status"] == "ok" and rec["error"] is None and rec["world_size"] == 2 and rec["device"] == "cpu"
+    assert rec["throughput"] > 0 and rec["step_time_s"] > 0
+    assert len(rec["peak_memory_per_rank"]) == 2 and all(m > 0 for m in rec["peak_memory_per_rank"])
+    assert 0 <= rec["accuracy"] <= 1 and rec["final_loss"] > 0
+    assert rec["timed_steps"] == 5 - 1 - 1  # warm-up and memory steps are not timed
+    assert "ok dp w=2" in proc.stdout and "samples/s" in proc.stdout
+    assert glob.glob(os.path.join(run_dir, "wandb", "offline-run-*", "run-*.wandb"))
+
+
+def test_multirun_of_two_jobs_records_both_and_prints_the_table(workdir):
+    sweep = os.path.join(workdir, "sweep")
+    proc = run_cli(["-m", "world_size=1,2", *TINY, f"hydra.sweep.dir={sweep}"], cwd=workdir)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    records = sorted(glob.glob(os.path.join(sweep, "*", "metrics.json")))
+    assert len(records) == 2
+    recs = [json.load(open(p)) for p in records]
+    assert sorted(r["world_size"] for r in recs) == [1, 2] and all(r["status"] == "ok" for r in recs)
+    assert "| dp " in proc.stdout and "speedup" in proc.stdout
+    assert os.path.isfile(os.path.join(sweep, "results.md"))
+    # the results command rebuilds the same table from the records
+    table = run_cli([sweep], cwd=workdir, module="harness.results")
+    assert table.returncode == 0 and table.stdout.count("| dp ") == 2
+    for fmt, marker in (("csv", "strategy,model"), ("latex", "\\begin{tabular}")):
+        out = run_cli([sweep, "--format", fmt], cwd=workdir, module="harness.results")
+        assert out.returncode == 0 and marker in out.stdout
+
+
+@pytest.mark.parametrize("overrides,message", [
+    (["train.global_batch=2", "train.micro_batches=4"], "cannot be split"),
+    (["train.steps=1"], "no timed step"),
+    (["data=cifar100", "data.root=/nonexistent/cifar"], "/nonexistent/cifar"),
+    (["launch.device=cuda"], "no GPU"),
+])
+def test_invalid_config_is_refused_in_one_line_before_any_worker(workdir, overrides, message):
+    run_dir = os.path.join(workdir, "run")
+    proc = run_cli([*overrides, "logger.mode=disabled", f"hydra.run.dir={run_dir}"], cwd=workdir, timeout=60)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and message in errors[0], proc.stderr
+    rec = _record(run_dir)
+    assert rec["status"] == "failed" and message in rec["error"]
+    assert "samples/s" not in proc.stdout + proc.stderr  # no training happened
+
+
+def test_results_command_without_records_says_so(workdir):
+    proc = run_cli([workdir], cwd=workdir, module="harness.results")
+    assert proc.returncode == 2 and "no metrics.json" in proc.stderr
