@@ -35,9 +35,7 @@ class DDPStrategy(Strategy):
         loss.backward()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        total = loss.detach() / self.ctx.world_size
-        self.comm.all_reduce(total)
-        return float(total)
+        return float(loss.detach()) / self.ctx.world_size
 
     @torch.no_grad()
     def evaluate(self, x, y):

@@ -115,6 +115,12 @@ class Comm:
         else:
             dist.barrier()
 
+    def broadcast_object(self, obj, src: int = 0):
+        """``obj`` from rank ``src`` on every rank (small metadata only)."""
+        box = [obj]
+        dist.broadcast_object_list(box, src=src)
+        return box[0]
+
     def gather_objects(self, obj) -> list:
         """Every rank's ``obj``, on every rank (small metadata only)."""
         out: list = [None] * self.ctx.world_size

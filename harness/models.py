@@ -97,3 +97,15 @@ def num_layers(cfg: ModelConfig) -> int:
 
 def count_parameters(layers: list[nn.Module]) -> int:
     return sum(p.numel() for layer in layers for p in layer.parameters())
+
+
+def activation_shapes(cfg: ModelConfig, image_shape: tuple[int, ...] = (3, 32, 32)) -> list[tuple[int, ...]]:
+    """Per-sample output shape of every layer, from a forward on the meta device (no memory, no compute)."""
+    with torch.device("meta"):
+        layers = build_layers(cfg, seed=0)
+        x = torch.empty((1, *image_shape), device="meta")
+        shapes = []
+        for layer in layers:
+            x = layer(x)
+            shapes.append(tuple(x.shape[1:]))
+    return shapes

@@ -1,4 +1,4 @@
-"""Progress output for long work: one tqdm bar per run (rank 0), with loss and samples/s."""
+"""Progress output for long work: one tqdm bar per run (rank 0), with samples/s."""
 
 from __future__ import annotations
 
@@ -13,11 +13,10 @@ class StepProgress:
         self.bar = tqdm(total=steps, desc=label, unit="step", file=sys.stderr, disable=not enabled,
                         dynamic_ncols=True, mininterval=0.5)
 
-    def update(self, step: int, loss: float, step_time: float | None) -> None:
-        postfix = {"loss": f"{loss:.3f}"}
+    def update(self, step_time: float | None) -> None:
+        # the loss is known only once every rank's share is summed, at the end of the run
         if step_time:
-            postfix["samples/s"] = f"{self.global_batch / step_time:.0f}"
-        self.bar.set_postfix(postfix, refresh=False)
+            self.bar.set_postfix({"samples/s": f"{self.global_batch / step_time:.0f}"}, refresh=False)
         self.bar.update(1)
 
     def close(self) -> None:

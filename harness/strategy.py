@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 # strategy name -> "module:Class", imported only when used (baselines pull in heavy libraries)
 REGISTRY: dict[str, str] = {
     "dp": "baselines.ddp:DDPStrategy",
+    "hippie": "harness.hippie:HippieStrategy",
 }
 
 
@@ -44,6 +45,9 @@ class Strategy(ABC):
 
     def __init__(self, spec: "RunSpec", layers: list[nn.Module], ctx: "DistContext", comm: "Comm"):
         self.spec, self.ctx, self.comm = spec, ctx, comm
+        # per train_step: where this rank's time went ({compute_s, p2p_wait_s, allreduce_wait_s, events});
+        # strategies that cannot split their time leave it empty
+        self.step_stats: list[dict] = []
 
     @classmethod
     def check(cls, spec: "RunSpec") -> None:
@@ -53,7 +57,9 @@ class Strategy(ABC):
     def train_step(self, x: torch.Tensor, y: torch.Tensor) -> float:
         """One optimizer step on the global batch ``(x, y)`` (every rank gets all of it).
 
-        Returns the global mean loss on rank 0 (other ranks may return anything).
+        Returns this rank's share of the global mean loss: the shares of all ranks
+        sum to it (ranks that compute no loss return 0). Summing happens once at
+        the end of the run, so no step pays for an extra collective.
         Gradients must be released (``set_to_none``) before returning, so that
         only resident state is live between steps.
         """

@@ -41,9 +41,11 @@ def train(spec: RunSpec, ctx: comm_mod.DistContext, progress: bool = True) -> di
     t, steps = spec.train, spec.steps
     memory_step = steps - 1 if t.measure_memory else None
     step_times: list[float] = []
-    losses: list[tuple[int, float]] = []
+    timed: list[int] = []
+    loss_shares: list[float] = []
     curve: list[dict] = []
     bar = StepProgress(steps, t.global_batch, enabled=progress and ctx.is_main, label=spec.strategy.name)
+    del layers  # the strategy keeps what this rank needs
     train_start = time.perf_counter()
     reached_target_s = None
 
@@ -62,8 +64,9 @@ def train(spec: RunSpec, ctx: comm_mod.DistContext, progress: bool = True) -> di
             dt = time.perf_counter() - t0
             if step >= t.warmup_steps:
                 step_times.append(dt)
-        losses.append((step, float(loss)))
-        bar.update(step, float(loss), dt)
+                timed.append(step)
+        loss_shares.append(float(loss))
+        bar.update(dt)
         if t.eval_every and (step + 1) % t.eval_every == 0 and step + 1 < steps:
             point = _evaluate(strategy, dataset, spec, ctx)
             point.update(step=step + 1, elapsed_s=time.perf_counter() - train_start)
@@ -86,12 +89,15 @@ def train(spec: RunSpec, ctx: comm_mod.DistContext, progress: bool = True) -> di
         "resident_bytes": meter.resident_bytes,
         "peak_rss_bytes": peak_rss_bytes(),
         "layout": strategy.layout(),
+        "loss_shares": loss_shares,
+        **_time_split(strategy.step_stats, timed),
         **strategy.extra_metrics(),
     }
     gathered = comm.gather_objects(per_rank)
     if not ctx.is_main:
         return None
 
+    losses = [[step, sum(vals)] for step, vals in enumerate(zip(*(r.pop("loss_shares") for r in gathered)))]
     timing = step_time_summary([r["step_times"] for r in gathered])
     step_time = timing["step_time_s"]
     peaks = [r["peak_memory_bytes"] for r in gathered]
@@ -113,6 +119,16 @@ def train(spec: RunSpec, ctx: comm_mod.DistContext, progress: bool = True) -> di
         "parameters": n_params,
         "per_rank": gathered,
     }
+
+
+def _time_split(step_stats: list[dict], timed: list[int]) -> dict:
+    """Mean per timed step of where this rank's time went, and the events of the last timed step."""
+    stats = [step_stats[i] for i in timed if i < len(step_stats)]
+    if not stats:
+        return {}
+    keys = ("compute_s", "p2p_wait_s", "allreduce_wait_s")
+    return {"time_split": {k: sum(s[k] for s in stats) / len(stats) for k in keys},
+            "events": stats[-1].get("events", [])}
 
 
 @torch.no_grad()

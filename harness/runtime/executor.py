@@ -1,0 +1,267 @@
+"""Runs one stage's action list on one rank.
+
+Each action maps to one method (``_RECV_F``, ``_F``, ...). Tensors move only
+through :class:`harness.comm.Comm`, with the pieces and shapes fixed by the
+topology and the per-sample activation shapes computed once at build time.
+Per action the executor records its start and end, so every rank can report
+compute, communication and idle time and a timeline can be drawn.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from harness.comm import Comm, Pending
+from harness.runtime import schedule as sch
+from harness.runtime.topology import Topology, owned_range, transfers
+from harness.strategy import summed_loss
+
+
+class StageModule(nn.Module):
+    """The contiguous layers of one stage; layers in ``recompute`` are checkpointed.
+
+    Checkpointed layers keep only their input for backward and run their forward
+    again during backward (torch.utils.checkpoint, non-reentrant).
+    """
+
+    def __init__(self, layers: list[nn.Module], recompute: set[int]):
+        super().__init__()
+        self.layers = nn.ModuleList(layers)
+        self.recompute = set(recompute)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for i, layer in enumerate(self.layers):
+            if i in self.recompute and torch.is_grad_enabled():
+                x = checkpoint(layer, x, use_reentrant=False)
+            else:
+                x = layer(x)
+        return x
+
+
+class GradSync:
+    """Bucketed, asynchronous gradient all-reduce over a stage's replica group.
+
+    Buckets hold parameters in reverse order (the order backward finalises
+    them). While armed (the last backward of an iteration), a hook on each
+    parameter counts it ready once its gradient has been accumulated; when a
+    bucket is complete its all-reduce starts at once and runs while backward
+    continues. :meth:`wait` is called only before the optimizer step.
+    """
+
+    def __init__(self, params: list[nn.Parameter], comm: Comm, group, bucket_bytes: int):
+        self.comm, self.group = comm, group
+        self.buckets: list[list[nn.Parameter]] = []
+        current, size = [], 0
+        for p in reversed(params):
+            current.append(p)
+            size += p.numel() * p.element_size()
+            if size >= bucket_bytes:
+                self.buckets.append(current)
+                current, size = [], 0
+        if current:
+            self.buckets.append(current)
+        self._bucket_of = {id(p): b for b, bucket in enumerate(self.buckets) for p in bucket}
+        self._ready = [0] * len(self.buckets)
+        self._pending: dict[int, tuple[torch.Tensor, Pending]] = {}
+        self.armed = False
+        for p in params:
+            p.register_post_accumulate_grad_hook(self._on_grad_ready)
+
+    def arm(self) -> None:
+        self.armed = True
+        self._ready = [0] * len(self.buckets)
+
+    def _on_grad_ready(self, p: torch.Tensor) -> None:
+        if not self.armed:
+            return
+        b = self._bucket_of[id(p)]
+        self._ready[b] += 1
+        if self._ready[b] == len(self.buckets[b]):
+            self._launch(b)
+
+    def _launch(self, b: int) -> None:
+        flat = torch.cat([p.grad.reshape(-1) for p in self.buckets[b]])
+        self._pending[b] = (flat, self.comm.all_reduce_async(flat, self.group))
+
+    def wait(self) -> None:
+        """Finish every bucket's all-reduce and write the sums back into ``.grad``."""
+        self.armed = False
+        for b in range(len(self.buckets)):
+            if b not in self._pending:  # a parameter never became ready: reduce it now
+                self._launch(b)
+        for b, (flat, work) in sorted(self._pending.items()):
+            work.wait()
+            offset = 0
+            for p in self.buckets[b]:
+                n = p.numel()
+                p.grad.copy_(flat[offset : offset + n].view_as(p.grad))
+                offset += n
+        self._pending.clear()
+
+
+@dataclass
+class StageRun:
+    """What one iteration on this rank produced, plus where its time went."""
+
+    loss: float = 0.0  # this rank's share of the global mean loss
+    correct: int = 0
+    count: int = 0
+    loss_sum: float = 0.0  # unscaled cross-entropy sum (evaluation)
+    events: list[tuple[str, float, float]] = field(default_factory=list)
+    compute_s: float = 0.0
+    p2p_wait_s: float = 0.0
+    allreduce_wait_s: float = 0.0
+
+
+@dataclass
+class StagePlan:
+    """Everything a rank needs to know about its place in the pipeline."""
+
+    topo: Topology
+    rank: int
+    stage: int
+    replica: int
+    micro_batches: int
+    # per-sample shape of each stage's input (index s) and of the last stage's output (index S)
+    boundary_shapes: list[tuple[int, ...]]
+
+    @property
+    def is_first(self) -> bool:
+        return self.stage == 0
+
+    @property
+    def is_last(self) -> bool:
+        return self.stage == self.topo.num_stages - 1
+
+
+class StageExecutor:
+    def __init__(self, plan: StagePlan, module: StageModule, comm: Comm, optimizer: torch.optim.Optimizer,
+                 grad_sync: GradSync | None, dtype: torch.dtype = torch.float32):
+        self.plan, self.module, self.comm = plan, module, comm
+        self.optimizer, self.grad_sync, self.dtype = optimizer, grad_sync, dtype
+        self.device = comm.ctx.device
+
+    # -- one iteration ------------------------------------------------------
+    def run(self, actions: list[sch.Action], x: torch.Tensor, y: torch.Tensor, training: bool = True) -> StageRun:
+        self._x, self._y, self._batch, self._training = x, y, x.shape[0], training
+        self._inputs: dict[int, torch.Tensor] = {}
+        self._outputs: dict[int, torch.Tensor] = {}
+        self._losses: dict[int, torch.Tensor] = {}
+        self._grads: dict[int, torch.Tensor] = {}
+        self._sends: list[Pending] = []
+        self._run = StageRun()
+        t_start = time.perf_counter()
+        with torch.set_grad_enabled(training):
+            for action in actions:
+                t0 = time.perf_counter()
+                getattr(self, "_" + action.op)(action)
+                t1 = time.perf_counter()
+                self._run.events.append((str(action), t0 - t_start, t1 - t_start))
+                if action.op in (sch.FWD, sch.BWD):
+                    self._run.compute_s += t1 - t0
+                elif action.op in (sch.RECV_F, sch.RECV_B):
+                    self._run.p2p_wait_s += t1 - t0
+        t0 = time.perf_counter()
+        self._wait_sends()
+        self._run.p2p_wait_s += time.perf_counter() - t0
+        return self._run
+
+    # -- helpers -------------------------------------------------------------
+    def _range(self, micro: int, stage: int | None = None, replica: int | None = None) -> tuple[int, int]:
+        p = self.plan
+        return owned_range(p.topo, self._batch, p.micro_batches, micro,
+                           p.stage if stage is None else stage, p.replica if replica is None else replica)
+
+    def _pieces(self, micro: int, towards_next: bool):
+        """Transfers of ``micro`` that touch this rank on the boundary with the next (or previous) stage."""
+        p = self.plan
+        boundary = p.stage if towards_next else p.stage - 1
+        me = "src" if towards_next else "dst"
+        return [t for t in transfers(p.topo, self._batch, p.micro_batches, micro, boundary) if getattr(t, me) == p.rank]
+
+    def _receive(self, micro: int, shape: tuple[int, ...], pieces, peer_attr: str, tag: int) -> torch.Tensor:
+        lo, hi = self._range(micro)
+        buf = torch.empty((hi - lo, *shape), dtype=self.dtype, device=self.device)
+        waits = [self.comm.irecv(buf[t.lo - lo : t.hi - lo], getattr(t, peer_attr), tag) for t in pieces]
+        for w in waits:
+            w.wait()
+        return buf
+
+    def _send(self, tensor: torch.Tensor, micro: int, pieces, peer_attr: str, tag: int) -> None:
+        lo, _ = self._range(micro)
+        for t in pieces:
+            self._sends.append(self.comm.isend(tensor[t.lo - lo : t.hi - lo].contiguous(), getattr(t, peer_attr), tag))
+
+    def _wait_sends(self) -> None:
+        for s in self._sends:
+            s.wait()
+        self._sends.clear()
+
+    # -- actions -------------------------------------------------------------
+    def _RECV_F(self, a: sch.Action) -> None:
+        shape = self.plan.boundary_shapes[self.plan.stage]
+        buf = self._receive(a.micro, shape, self._pieces(a.micro, towards_next=False), "src", tag=2 * a.micro)
+        self._inputs[a.micro] = buf.requires_grad_(self._training)
+
+    def _F(self, a: sch.Action) -> None:
+        if self.plan.is_first:
+            lo, hi = self._range(a.micro)
+            inp = self._x[lo:hi]
+        else:
+            inp = self._inputs[a.micro]
+        out = self.module(inp)
+        if not self.plan.is_last:
+            self._outputs[a.micro] = out
+            return
+        lo, hi = self._range(a.micro)
+        target = self._y[lo:hi]
+        if self._training:
+            loss = summed_loss(out, target, self._batch)
+            self._losses[a.micro] = loss
+            self._run.loss += float(loss.detach())
+        else:
+            self._run.correct += int((out.argmax(-1) == target).sum())
+            self._run.count += int(target.numel())
+            self._run.loss_sum += float(F.cross_entropy(out.float(), target, reduction="sum"))
+        if not self._training:
+            self._inputs.pop(a.micro, None)
+
+    def _SEND_F(self, a: sch.Action) -> None:
+        out = self._outputs[a.micro]
+        self._send(out.detach(), a.micro, self._pieces(a.micro, towards_next=True), "dst", tag=2 * a.micro)
+        if not self._training:
+            self._outputs.pop(a.micro)
+            self._inputs.pop(a.micro, None)
+
+    def _RECV_B(self, a: sch.Action) -> None:
+        shape = self.plan.boundary_shapes[self.plan.stage + 1]
+        self._grads[a.micro] = self._receive(a.micro, shape, self._pieces(a.micro, towards_next=True), "dst",
+                                             tag=2 * a.micro + 1)
+
+    def _B(self, a: sch.Action) -> None:
+        if a.reduce and self.grad_sync is not None:
+            self.grad_sync.arm()
+        if self.plan.is_last:
+            self._losses.pop(a.micro).backward()
+        else:
+            torch.autograd.backward(self._outputs.pop(a.micro), self._grads.pop(a.micro))
+
+    def _SEND_B(self, a: sch.Action) -> None:
+        inp = self._inputs.pop(a.micro)
+        self._send(inp.grad, a.micro, self._pieces(a.micro, towards_next=False), "src", tag=2 * a.micro + 1)
+
+    def _STEP(self, a: sch.Action) -> None:
+        if self.grad_sync is not None:
+            t0 = time.perf_counter()
+            self.grad_sync.wait()
+            self._run.allreduce_wait_s += time.perf_counter() - t0
+        t0 = time.perf_counter()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self._run.compute_s += time.perf_counter() - t0

@@ -1,0 +1,80 @@
+"""Where to cut the layer list into stages.
+
+Either explicit (``strategy.boundaries``: the index of the first layer of
+stages 1..S-1) or balanced on measured per-layer cost: the contiguous split
+that minimises the slowest stage, found by dynamic programming.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+from torch import nn
+
+from harness.errors import ConfigError
+
+
+def check_boundaries(boundaries: list[int], num_layers: int, num_stages: int) -> list[int]:
+    b = list(boundaries)
+    if len(b) != num_stages - 1:
+        raise ConfigError(
+            f"strategy.boundaries={b} must list {num_stages - 1} layer index(es) for {num_stages} stages "
+            "(the first layer of each stage after the first)"
+        )
+    if any(not 0 < x < num_layers for x in b) or any(x >= y for x, y in zip(b, b[1:])):
+        raise ConfigError(
+            f"strategy.boundaries={b} must be strictly increasing layer indices between 1 and {num_layers - 1}"
+        )
+    return b
+
+
+def balanced_boundaries(costs: list[float], num_stages: int) -> list[int]:
+    """Contiguous split of ``costs`` into ``num_stages`` non-empty parts minimising the largest sum."""
+    n = len(costs)
+    if not 1 <= num_stages <= n:
+        raise ConfigError(f"cannot split {n} layers into {num_stages} stages; use at most {n} stages")
+    prefix = [0.0]
+    for c in costs:
+        prefix.append(prefix[-1] + c)
+    inf = float("inf")
+    # best[s][i]: minimal max-stage cost of the first i layers in s stages; cut[s][i]: start of the last stage
+    best = [[inf] * (n + 1) for _ in range(num_stages + 1)]
+    cut = [[0] * (n + 1) for _ in range(num_stages + 1)]
+    best[0][0] = 0.0
+    for s in range(1, num_stages + 1):
+        for i in range(s, n + 1):
+            for j in range(s - 1, i):
+                v = max(best[s - 1][j], prefix[i] - prefix[j])
+                if v < best[s][i]:
+                    best[s][i], cut[s][i] = v, j
+    bounds, i = [], n
+    for s in range(num_stages, 1, -1):
+        i = cut[s][i]
+        bounds.append(i)
+    return sorted(bounds)
+
+
+def stage_ranges(boundaries: list[int], num_layers: int) -> list[tuple[int, int]]:
+    edges = [0, *boundaries, num_layers]
+    return list(zip(edges, edges[1:]))
+
+
+def measure_layer_costs(layers: list[nn.Module], sample: torch.Tensor, repeats: int = 3) -> list[float]:
+    """Forward+backward seconds of each layer on ``sample``'s device (median of ``repeats``)."""
+    costs = []
+    x = sample
+    for layer in layers:
+        times = []
+        for _ in range(repeats + 1):  # the first run warms up
+            inp = x.detach().requires_grad_(x.is_floating_point())
+            t0 = time.perf_counter()
+            out = layer(inp)
+            out.float().sum().backward()
+            if out.device.type == "cuda":
+                torch.cuda.synchronize(out.device)
+            times.append(time.perf_counter() - t0)
+        layer.zero_grad(set_to_none=True)
+        costs.append(sorted(times[1:])[len(times[1:]) // 2])
+        x = out.detach()
+    return costs

@@ -1,0 +1,206 @@
+"""Pipeline schedules as plain data, and a simulator that checks and times them.
+
+A schedule is one list of :class:`Action` per stage (all replicas of a stage
+run the same list). The executor maps each action to one method; the
+simulator replays the same lists with a cost per action, which is how tests
+prove deadlock-freedom and bubble sizes without processes, and how the
+scale-out simulator predicts runs it cannot make.
+
+Semantics shared by the executor and the simulator: sends never block (they
+complete in the background and are waited at the end of the iteration); a
+receive blocks until the matching send has been issued by the adjacent stage.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+# op codes
+RECV_F, FWD, SEND_F, RECV_B, BWD, SEND_B, STEP = "RECV_F", "F", "SEND_F", "RECV_B", "B", "SEND_B", "STEP"
+_COMPUTE = (FWD, BWD, STEP)
+
+
+@dataclass(frozen=True)
+class Action:
+    op: str
+    micro: int = -1
+    # on a backward: start the bucketed gradient all-reduce as gradients become final
+    reduce: bool = False
+
+    def __str__(self) -> str:
+        if self.op == STEP:
+            return "STEP"
+        return f"{self.op}{self.micro}" + ("*" if self.reduce else "")
+
+
+def _forward(stage: int, num_stages: int, k: int) -> list[Action]:
+    acts = [Action(RECV_F, k)] if stage > 0 else []
+    acts.append(Action(FWD, k))
+    if stage < num_stages - 1:
+        acts.append(Action(SEND_F, k))
+    return acts
+
+
+def _backward(stage: int, num_stages: int, k: int, reduce: bool) -> list[Action]:
+    acts = [Action(RECV_B, k)] if stage < num_stages - 1 else []
+    acts.append(Action(BWD, k, reduce=reduce))
+    if stage > 0:
+        acts.append(Action(SEND_B, k))
+    return acts
+
+
+def gpipe(num_stages: int, micro_batches: int) -> list[list[Action]]:
+    """Fill-drain: all forwards, then all backwards (last micro-batch first), then the step."""
+    out = []
+    for s in range(num_stages):
+        acts = [a for k in range(micro_batches) for a in _forward(s, num_stages, k)]
+        order = list(reversed(range(micro_batches)))
+        for k in order:
+            acts += _backward(s, num_stages, k, reduce=(k == order[-1]))
+        acts.append(Action(STEP))
+        out.append(acts)
+    return out
+
+
+def one_f_one_b(num_stages: int, micro_batches: int) -> list[list[Action]]:
+    """1F1B with a flush: stage s runs ``min(S - 1 - s, m)`` warm-up forwards, then
+    alternates one forward and one backward, then drains the remaining backwards.
+    At most ``S - s`` micro-batches are in flight at stage s."""
+    out = []
+    for s in range(num_stages):
+        warmup = min(num_stages - 1 - s, micro_batches)
+        acts: list[Action] = []
+        fwd = bwd = 0
+        for _ in range(warmup):
+            acts += _forward(s, num_stages, fwd)
+            fwd += 1
+        while fwd < micro_batches:
+            acts += _forward(s, num_stages, fwd)
+            fwd += 1
+            acts += _backward(s, num_stages, bwd, reduce=(bwd == micro_batches - 1))
+            bwd += 1
+        while bwd < micro_batches:
+            acts += _backward(s, num_stages, bwd, reduce=(bwd == micro_batches - 1))
+            bwd += 1
+        acts.append(Action(STEP))
+        out.append(acts)
+    return out
+
+
+SCHEDULES: dict[str, Callable[[int, int], list[list[Action]]]] = {"gpipe": gpipe, "1f1b": one_f_one_b}
+
+
+def forward_only(num_stages: int, micro_batches: int) -> list[list[Action]]:
+    """Evaluation: forwards of every micro-batch, no backward, no step."""
+    return [[a for k in range(micro_batches) for a in _forward(s, num_stages, k)] for s in range(num_stages)]
+
+
+# ---------------------------------------------------------------------------
+# simulation
+
+
+class Deadlock(RuntimeError):
+    pass
+
+
+@dataclass
+class Event:
+    stage: int
+    action: Action
+    start: float
+    end: float
+
+
+@dataclass
+class Timeline:
+    events: list[Event] = field(default_factory=list)
+
+    @property
+    def makespan(self) -> float:
+        return max((e.end for e in self.events), default=0.0)
+
+    def stage_events(self, stage: int) -> list[Event]:
+        return [e for e in self.events if e.stage == stage]
+
+    def busy(self, stage: int) -> float:
+        return sum(e.end - e.start for e in self.stage_events(stage) if e.action.op in (FWD, BWD))
+
+    def idle_fraction(self, stage: int) -> float:
+        return 1.0 - self.busy(stage) / self.makespan
+
+    def max_in_flight(self, stage: int) -> int:
+        """Most micro-batches forwarded but not yet backwarded at once on ``stage``."""
+        live = peak = 0
+        for e in self.stage_events(stage):
+            if e.action.op == FWD:
+                live += 1
+                peak = max(peak, live)
+            elif e.action.op == BWD:
+                live -= 1
+        return peak
+
+
+def unit_cost(stage: int, action: Action) -> float:
+    """Forward and backward take one unit; transfers and the step are free."""
+    return 1.0 if action.op in (FWD, BWD) else 0.0
+
+
+def simulate(schedules: list[list[Action]], cost: Callable[[int, Action], float] = unit_cost) -> Timeline:
+    """Replay per-stage action lists; raise Deadlock if they cannot all finish.
+
+    Each stage runs its list in order. A send completes at once (its cost is
+    the transfer time seen by the receiver); a receive waits for the matching
+    send of the adjacent stage (same kind and micro-batch, FIFO) to arrive.
+    Every send must be received and every receive sent, or it is an error.
+    """
+    n = len(schedules)
+    pc = [0] * n
+    clock = [0.0] * n
+    arrived: dict[tuple[str, int, int], list[float]] = {}  # (kind, micro, dst stage) -> arrival times
+    timeline = Timeline()
+    while any(pc[s] < len(schedules[s]) for s in range(n)):
+        progressed = False
+        for s in range(n):
+            while pc[s] < len(schedules[s]):
+                a = schedules[s][pc[s]]
+                start = clock[s]
+                if a.op in (RECV_F, RECV_B):
+                    key = ("F" if a.op == RECV_F else "B", a.micro, s)
+                    if not arrived.get(key):
+                        break  # blocked until the peer sends
+                    start = max(start, arrived[key].pop(0))
+                    end = start
+                elif a.op in (SEND_F, SEND_B):
+                    dst = s + 1 if a.op == SEND_F else s - 1
+                    if not 0 <= dst < n:
+                        raise Deadlock(f"stage {s} sends {a} to a stage that does not exist")
+                    end = start
+                    arrived.setdefault(("F" if a.op == SEND_F else "B", a.micro, dst), []).append(start + cost(s, a))
+                else:
+                    end = start + cost(s, a)
+                timeline.events.append(Event(s, a, start, end))
+                clock[s] = end
+                pc[s] += 1
+                progressed = True
+        if not progressed:
+            stuck = {s: str(schedules[s][pc[s]]) for s in range(n) if pc[s] < len(schedules[s])}
+            raise Deadlock(f"no stage can progress; waiting at {stuck}")
+    unreceived = {k: v for k, v in arrived.items() if v}
+    if unreceived:
+        raise Deadlock(f"messages sent but never received: {sorted(unreceived)}")
+    return timeline
+
+
+def render(timeline: Timeline, unit: float = 1.0) -> str:
+    """Text timeline, one row per stage, one cell per ``unit`` of time ('.' = idle)."""
+    width = int(round(timeline.makespan / unit))
+    rows = []
+    for s in sorted({e.stage for e in timeline.events}):
+        cells = ["."] * width
+        for e in timeline.stage_events(s):
+            if e.action.op in (FWD, BWD) and e.end > e.start:
+                for t in range(int(round(e.start / unit)), int(round(e.end / unit))):
+                    cells[t] = f"{e.action.op}{e.action.micro}"
+        rows.append(f"stage {s}: " + " ".join(c.ljust(3) for c in cells).rstrip())
+    return "\n".join(rows)

@@ -1,0 +1,91 @@
+"""Schedules as data, checked without processes."""
+
+import pytest
+
+from harness.runtime import schedule as sch
+from harness.runtime.topology import Topology, micro_ranges, owned_range, transfers
+
+GRID = [(p, m) for p in (1, 2, 3, 4, 6) for m in (1, 2, 3, 4, 8)]
+
+
+@pytest.mark.parametrize("name", ["gpipe", "1f1b"])
+@pytest.mark.parametrize("p,m", GRID)
+def test_every_backward_follows_its_forward_and_each_micro_batch_runs_once(name, p, m):
+    for acts in sch.SCHEDULES[name](p, m):
+        fwd = [a.micro for a in acts if a.op == sch.FWD]
+        bwd = [a.micro for a in acts if a.op == sch.BWD]
+        assert sorted(fwd) == sorted(bwd) == list(range(m))
+        for a in acts:
+            if a.op == sch.BWD:
+                assert fwd.index(a.micro) < [str(x) for x in acts].index(str(a))
+        assert acts[-1].op == sch.STEP and sum(a.op == sch.STEP for a in acts) == 1
+        # exactly one backward starts the gradient all-reduce: the last one
+        reduce = [a for a in acts if a.reduce]
+        assert len(reduce) == 1 and reduce[0] is [a for a in acts if a.op == sch.BWD][-1]
+
+
+@pytest.mark.parametrize("name", ["gpipe", "1f1b"])
+@pytest.mark.parametrize("p,m", GRID)
+def test_sends_pair_with_receives_and_the_plan_is_deadlock_free(name, p, m):
+    schedules = sch.SCHEDULES[name](p, m)
+    for s, acts in enumerate(schedules):
+        for a in acts:
+            if a.op == sch.SEND_F:
+                assert sch.Action(sch.RECV_F, a.micro) in schedules[s + 1]
+            if a.op == sch.SEND_B:
+                assert sch.Action(sch.RECV_B, a.micro) in schedules[s - 1]
+    sch.simulate(schedules)  # raises Deadlock otherwise
+
+
+def test_the_simulator_detects_a_deadlock_and_an_unmatched_send():
+    # both stages receive first: nobody ever sends
+    bad = [[sch.Action(sch.RECV_B, 0), sch.Action(sch.FWD, 0), sch.Action(sch.SEND_F, 0)],
+           [sch.Action(sch.RECV_F, 0), sch.Action(sch.FWD, 0), sch.Action(sch.SEND_B, 0)]]
+    with pytest.raises(sch.Deadlock, match="no stage can progress"):
+        sch.simulate(bad)
+    with pytest.raises(sch.Deadlock, match="never received"):
+        sch.simulate([[sch.Action(sch.FWD, 0), sch.Action(sch.SEND_F, 0)], [sch.Action(sch.FWD, 0)]])
+
+
+@pytest.mark.parametrize("p,m", GRID)
+def test_1f1b_keeps_at_most_p_minus_s_micro_batches_in_flight(p, m):
+    timeline = sch.simulate(sch.one_f_one_b(p, m))
+    for s in range(p):
+        assert timeline.max_in_flight(s) == min(p - s, m)
+
+
+@pytest.mark.parametrize("p,m", [(2, 4), (4, 4), (4, 8), (3, 5)])
+def test_gpipe_keeps_all_micro_batches_in_flight(p, m):
+    timeline = sch.simulate(sch.gpipe(p, m))
+    assert all(timeline.max_in_flight(s) == m for s in range(p))
+
+
+@pytest.mark.parametrize("name", ["gpipe", "1f1b"])
+@pytest.mark.parametrize("p,m", GRID)
+def test_unit_cost_idle_fraction_is_the_bubble_formula(name, p, m):
+    timeline = sch.simulate(sch.SCHEDULES[name](p, m))
+    assert timeline.makespan == 2 * (m + p - 1)
+    for s in range(p):
+        assert timeline.idle_fraction(s) == pytest.approx((p - 1) / (m + p - 1))
+
+
+def test_text_timeline():
+    text = sch.render(sch.simulate(sch.one_f_one_b(2, 3)))
+    lines = text.splitlines()
+    assert lines[0].startswith("stage 0: F0  F1  .   B0  F2  B1  .   B2")
+    assert lines[1].startswith("stage 1: .   F0  B0  F1  B1  F2  B2")
+
+
+@pytest.mark.parametrize("replicas,batch,m", [((2, 1), 10, 1), ((1, 3), 7, 1), ((3, 2), 13, 2), ((2, 2), 12, 3)])
+def test_transfers_cover_each_sample_once_between_overlapping_replicas(replicas, batch, m):
+    topo = Topology(replicas)
+    for k, (lo, hi) in enumerate(micro_ranges(batch, m)):
+        pieces = transfers(topo, batch, m, k, stage=0)
+        covered = sorted(i for t in pieces for i in range(t.lo, t.hi))
+        assert covered == list(range(lo, hi))
+        for t in pieces:  # a piece lies inside both the sender's and the receiver's share
+            s_lo, s_hi = owned_range(topo, batch, m, k, 0, topo.replica_of(t.src))
+            d_lo, d_hi = owned_range(topo, batch, m, k, 1, topo.replica_of(t.dst))
+            assert s_lo <= t.lo < t.hi <= s_hi and d_lo <= t.lo < t.hi <= d_hi
+    if replicas[0] == replicas[1]:
+        assert all(topo.replica_of(t.src) == topo.replica_of(t.dst) for t in transfers(topo, batch, m, 0, 0))
