@@ -68,8 +68,8 @@ class PipelineStrategy(Strategy):
     def train_step(self, x, y):
         self.build.module.train()
         run = self.executor.run(self.train_actions, x, y, training=True)
-        self.step_stats.append({"compute_s": run.compute_s, "p2p_wait_s": run.p2p_wait_s,
-                                "allreduce_wait_s": run.allreduce_wait_s, "events": run.events})
+        self.step_stats.append({"compute_s": run.compute_s, "comm_s": run.comm_s, "idle_s": run.idle_s,
+                                "events": run.events})
         return run.loss
 
     @torch.no_grad()

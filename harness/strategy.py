@@ -45,7 +45,7 @@ class Strategy(ABC):
 
     def __init__(self, spec: "RunSpec", layers: list[nn.Module], ctx: "DistContext", comm: "Comm"):
         self.spec, self.ctx, self.comm = spec, ctx, comm
-        # per train_step: where this rank's time went ({compute_s, p2p_wait_s, allreduce_wait_s, events});
+        # per train_step: where this rank's time went ({compute_s, comm_s, idle_s, events});
         # strategies that cannot split their time leave it empty
         self.step_stats: list[dict] = []
 

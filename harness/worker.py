@@ -126,7 +126,7 @@ def _time_split(step_stats: list[dict], timed: list[int]) -> dict:
     stats = [step_stats[i] for i in timed if i < len(step_stats)]
     if not stats:
         return {}
-    keys = ("compute_s", "p2p_wait_s", "allreduce_wait_s")
+    keys = ("compute_s", "comm_s", "idle_s")
     return {"time_split": {k: sum(s[k] for s in stats) / len(stats) for k in keys},
             "events": stats[-1].get("events", [])}
 

@@ -114,9 +114,12 @@ class StageRun:
     count: int = 0
     loss_sum: float = 0.0  # unscaled cross-entropy sum (evaluation)
     events: list[tuple[str, float, float]] = field(default_factory=list)
+    # forward, backward and optimizer work
     compute_s: float = 0.0
-    p2p_wait_s: float = 0.0
-    allreduce_wait_s: float = 0.0
+    # blocked in a receive: waiting for the adjacent stage (the bubble) plus the transfer itself
+    idle_s: float = 0.0
+    # exposed communication: the gradient all-reduce left after backward, and finishing sends
+    comm_s: float = 0.0
 
 
 @dataclass
@@ -166,10 +169,10 @@ class StageExecutor:
                 if action.op in (sch.FWD, sch.BWD):
                     self._run.compute_s += t1 - t0
                 elif action.op in (sch.RECV_F, sch.RECV_B):
-                    self._run.p2p_wait_s += t1 - t0
+                    self._run.idle_s += t1 - t0
         t0 = time.perf_counter()
         self._wait_sends()
-        self._run.p2p_wait_s += time.perf_counter() - t0
+        self._run.comm_s += time.perf_counter() - t0
         return self._run
 
     # -- helpers -------------------------------------------------------------
@@ -260,7 +263,7 @@ class StageExecutor:
         if self.grad_sync is not None:
             t0 = time.perf_counter()
             self.grad_sync.wait()
-            self._run.allreduce_wait_s += time.perf_counter() - t0
+            self._run.comm_s += time.perf_counter() - t0
         t0 = time.perf_counter()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
