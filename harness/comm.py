@@ -55,6 +55,8 @@ def init_process_group(rank: int, world_size: int, local_rank: int, device: str,
     if backend == "auto":
         backend = "nccl" if dev.type == "cuda" else "gloo"
     timeout = timedelta(seconds=timeout_s)
+    # libraries built for their own launchers (DeepSpeed) read these
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(local_rank))
     if not dist.is_initialized():
         kwargs = {"device_id": dev} if dev.type == "cuda" else {}
         dist.init_process_group(backend=backend, rank=rank, world_size=world_size, timeout=timeout, **kwargs)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import time
 import traceback
@@ -25,6 +26,7 @@ from harness import comm as comm_mod
 from harness import record as record_mod
 from harness.errors import ConfigError
 from harness.spec import RunSpec
+from harness.strategy import strategy_class
 from harness.worker import train, worker_main
 
 _RESULT_FILE = ".worker_result.json"
@@ -64,15 +66,16 @@ class WorkerFailure(RuntimeError):
 
 def _run_joined(spec: RunSpec, info: tuple[int, int, int]) -> dict:
     rank, world_size, local_rank = info
-    if world_size != spec.world_size:
+    expected = strategy_class(spec.strategy.name).processes(spec)
+    if world_size != expected:
         raise ConfigError(
-            f"world_size={spec.world_size} but the launcher started {world_size} processes; "
-            f"pass world_size={world_size} (or start {spec.world_size} tasks)"
+            f"world_size={spec.world_size} with strategy={spec.strategy.name} needs {expected} process(es) "
+            f"but the launcher started {world_size}; start {expected} task(s) or change world_size"
         )
-    from harness.worker import _threads
+    from harness.worker import threads_per_process
     import torch
 
-    torch.set_num_threads(_threads(spec, int(os.environ.get("LOCAL_WORLD_SIZE", 1))))
+    torch.set_num_threads(threads_per_process(spec, int(os.environ.get("LOCAL_WORLD_SIZE", 1))))
     ctx = comm_mod.init_process_group(rank, world_size, local_rank, spec.device, spec.launch.backend, spec.launch.collective_timeout)
     try:
         return train(spec, ctx) or {}
@@ -86,7 +89,7 @@ def _run_spawned(spec: RunSpec, output_dir: str, progress: bool) -> dict:
         os.remove(result_path)
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(comm_mod.free_port())
-    n = spec.world_size
+    n = strategy_class(spec.strategy.name).processes(spec)
     ctx = tmp.start_processes(
         worker_main, args=(spec, n, n, result_path, progress), nprocs=n, join=False, start_method="spawn",
     )
@@ -118,6 +121,14 @@ def _end_all(ctx) -> None:
         p.join(timeout=5)
 
 
+_EXCEPTION_LINE = re.compile(r"^([A-Za-z_][\w.]*(Error|Exception|Interrupt|Timeout|Exit))(:.*)?$")
+
+
 def _last_line(text: str) -> str:
-    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
-    return lines[-1].strip() if lines else text
+    """The last 'SomeError: message' line of a traceback (messages may span lines)."""
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    for i in range(len(lines) - 1, -1, -1):
+        if _EXCEPTION_LINE.match(lines[i]):
+            rest = lines[i + 1 : i + 3] if lines[i].endswith(":") else []
+            return " ".join([lines[i], *rest])
+    return lines[-1] if lines else text

@@ -66,6 +66,9 @@ class MemoryMeter:
             return
         from torch.profiler import ProfilerActivity, profile
 
+        # Memory is recorded for the profiling thread only (profile_all_threads
+        # drops memory events in torch 2.14): strategies that compute in other
+        # threads run them inline for this step (Strategy.memory_step_context).
         with _native_stderr_silenced(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
             yield
         deltas = sorted(

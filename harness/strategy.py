@@ -9,6 +9,7 @@ order and evaluation bookkeeping, so those are identical for all strategies.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -28,6 +29,9 @@ if TYPE_CHECKING:
 REGISTRY: dict[str, str] = {
     "dp": "baselines.ddp:DDPStrategy",
     "hippie": "harness.hippie:HippieStrategy",
+    "pipelining": "baselines.pipelining:PipeliningStrategy",
+    "deepspeed": "baselines.deepspeed_pipe:DeepSpeedPipeStrategy",
+    "gpipe": "baselines.gpipe:GPipeStrategy",
 }
 
 
@@ -53,6 +57,11 @@ class Strategy(ABC):
     def check(cls, spec: "RunSpec") -> None:
         """Refuse a spec this strategy cannot run (raise ConfigError); runs before launch."""
 
+    @classmethod
+    def processes(cls, spec: "RunSpec") -> int:
+        """Worker processes to start: one per device, unless one process drives several (GPipe)."""
+        return spec.world_size
+
     @abstractmethod
     def train_step(self, x: torch.Tensor, y: torch.Tensor) -> float:
         """One optimizer step on the global batch ``(x, y)`` (every rank gets all of it).
@@ -71,6 +80,10 @@ class Strategy(ABC):
     @abstractmethod
     def resident_tensors(self) -> Iterable[torch.Tensor]:
         """Tensors this rank holds between steps (parameters, optimizer state, stashes, buffers)."""
+
+    def memory_step_context(self):
+        """Context for the one step whose memory is measured (see harness.metrics)."""
+        return contextlib.nullcontext()
 
     def extra_metrics(self) -> dict:
         """Strategy-specific per-rank figures for the record (e.g. time split, events)."""

@@ -22,7 +22,7 @@ from harness.spec import RunSpec
 from harness.strategy import strategy_class
 
 
-def _threads(spec: RunSpec, local_world: int) -> int:
+def threads_per_process(spec: RunSpec, local_world: int) -> int:
     if spec.launch.threads_per_worker > 0:
         return spec.launch.threads_per_worker
     return max(1, (os.cpu_count() or 1) // max(1, local_world))
@@ -53,7 +53,7 @@ def train(spec: RunSpec, ctx: comm_mod.DistContext, progress: bool = True) -> di
         x, y = dataset.train.batch(order.indices(step))
         x, y = x.to(ctx.device, non_blocking=True), y.to(ctx.device, non_blocking=True)
         if step == memory_step:
-            with meter.measure_step(strategy.resident_tensors()):
+            with strategy.memory_step_context(), meter.measure_step(strategy.resident_tensors()):
                 loss = strategy.train_step(x, y)
             dt = None
         else:
@@ -133,16 +133,18 @@ def _time_split(step_stats: list[dict], timed: list[int]) -> dict:
 
 @torch.no_grad()
 def _evaluate(strategy, dataset, spec: RunSpec, ctx) -> dict:
-    test = dataset.test
-    n = len(test) if spec.train.eval_samples <= 0 else min(spec.train.eval_samples, len(test))
-    bs = max(spec.train.global_batch, 256)
+    """Top-1 and loss on the test split, in chunks of exactly the global batch.
+
+    Using the training batch shape lets every strategy evaluate (some baselines fix
+    their micro-batch shapes at build time); the tail that does not fill a batch
+    is left out, the same samples for every strategy.
+    """
+    test, B = dataset.test, spec.train.global_batch
+    limit = len(test) if spec.train.eval_samples <= 0 else min(spec.train.eval_samples, len(test))
     correct = count = 0
     loss_sum = 0.0
-    for start in range(0, n, bs):
-        idx = torch.arange(start, min(start + bs, n))
-        if idx.numel() < spec.train.micro_batches * spec.world_size:
-            break  # a tail too small to split across the layout: skip (same for every strategy)
-        x, y = test.batch(idx)
+    for start in range(0, limit - B + 1, B):
+        x, y = test.batch(torch.arange(start, start + B))
         r = strategy.evaluate(x.to(ctx.device), y.to(ctx.device))
         correct, count, loss_sum = correct + r.correct, count + r.count, loss_sum + r.loss_sum
     return {"accuracy": correct / max(count, 1), "loss": loss_sum / max(count, 1), "count": count}
@@ -150,7 +152,7 @@ def _evaluate(strategy, dataset, spec: RunSpec, ctx) -> dict:
 
 def worker_main(rank: int, spec: RunSpec, world_size: int, local_world: int, result_path: str | None, progress: bool) -> None:
     """Entry point of one spawned (or externally launched) worker process."""
-    torch.set_num_threads(_threads(spec, local_world))
+    torch.set_num_threads(threads_per_process(spec, local_world))
     ctx = comm_mod.init_process_group(
         rank=rank, world_size=world_size, local_rank=rank % max(local_world, 1),
         device=spec.device, backend=spec.launch.backend, timeout_s=spec.launch.collective_timeout,

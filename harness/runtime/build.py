@@ -96,12 +96,7 @@ def build_stage(spec, layers: list[nn.Module], ctx: DistContext, comm: Comm, rep
     n_layers = len(layers)
     stage, replica = topo.stage_of(ctx.rank), topo.replica_of(ctx.rank)
 
-    if spec.strategy.boundaries is not None:
-        boundaries = check_boundaries(list(spec.strategy.boundaries), n_layers, topo.num_stages)
-    else:
-        boundaries = comm.broadcast_object(
-            _measured_boundaries(spec, layers, ctx.device, topo) if ctx.rank == 0 else None
-        )
+    boundaries = resolve_boundaries(spec, layers, ctx, comm, topo)
     ranges = stage_ranges(boundaries, n_layers)
     lo, hi = ranges[stage]
 
@@ -113,11 +108,23 @@ def build_stage(spec, layers: list[nn.Module], ctx: DistContext, comm: Comm, rep
     recompute = resolve_recompute(spec.strategy.recompute, n_layers, (lo, hi), last_stage=last)
     module = StageModule([layers[i] for i in range(lo, hi)], {i - lo for i in recompute}).to(ctx.device)
 
-    layer_shapes = activation_shapes(spec.model, (3, spec.data.image_size, spec.data.image_size))
-    image = (3, spec.data.image_size, spec.data.image_size)
-    boundary_shapes = [image if a == 0 else layer_shapes[a - 1] for a, _ in ranges] + [layer_shapes[-1]]
-    plan = StagePlan(topo, ctx.rank, stage, replica, spec.train.micro_batches, boundary_shapes)
+    plan = StagePlan(topo, ctx.rank, stage, replica, spec.train.micro_batches, boundary_shapes(spec, ranges))
     return StageBuild(plan, module, (lo, hi), boundaries, group, recompute)
+
+
+def resolve_boundaries(spec, layers: list[nn.Module], ctx: DistContext, comm: Comm, topo: Topology) -> list[int]:
+    """``strategy.boundaries`` if given, else a balance of costs measured on rank 0 and
+    broadcast, so every rank (and every strategy given the same spec) cuts alike."""
+    if spec.strategy.boundaries is not None:
+        return check_boundaries(list(spec.strategy.boundaries), len(layers), topo.num_stages)
+    return comm.broadcast_object(_measured_boundaries(spec, layers, ctx.device, topo) if ctx.rank == 0 else None)
+
+
+def boundary_shapes(spec, ranges: list[tuple[int, int]]) -> list[tuple[int, ...]]:
+    """Per-sample shape of each stage's input, then of the model's output."""
+    image = (3, spec.data.image_size, spec.data.image_size)
+    layer_shapes = activation_shapes(spec.model, image)
+    return [image if a == 0 else layer_shapes[a - 1] for a, _ in ranges] + [layer_shapes[-1]]
 
 
 def _measured_boundaries(spec, layers: list[nn.Module], device: torch.device, topo: Topology) -> list[int]:

@@ -1,0 +1,161 @@
+"""DeepSpeed's pipeline engine, as its users run it (without DeepSpeed's launcher).
+
+``deepspeed.pipe.PipelineModule`` over the same layer list, cut at the same
+stage boundaries as our runtime (``strategy.partition_method=harness``), or
+DeepSpeed's own ``parameters`` / ``uniform`` / ``type:<regex>`` partitioning
+when asked. ``engine.train_batch`` runs DeepSpeed's synchronous 1F1B with a
+flush over ``train.micro_batches`` micro-batches (gradient accumulation
+steps), with data-parallel width ``world_size / stages``: uniform across
+stages, so AshPipe's non-uniform replicas cannot be expressed.
+
+On CPU it runs with ``DS_ACCELERATOR=cpu`` over our gloo process group.
+DeepSpeed JIT-builds a small shared-memory communication op the first time;
+it is built before training starts (never inside a timed step) and cached in
+the project's ``.cache/torch_extensions``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import torch
+import torch.nn.functional as F
+
+from harness.errors import ConfigError
+from harness.hippie import uniform_replicas
+from harness.metrics import optimizer_state_tensors
+from harness.runtime.build import check_layout, resolve_boundaries
+from harness.runtime.partition import stage_ranges
+from harness.runtime.topology import Topology
+from harness.strategy import EvalResult, Strategy, make_optimizer, named_parameters
+
+_PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def prepare_environment(device: str) -> None:
+    """Set before ``import deepspeed``: the accelerator and where its JIT ops are cached."""
+    if device == "cpu":
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    os.environ.setdefault("TORCH_EXTENSIONS_DIR", os.path.join(_PROJECT_ROOT, ".cache", "torch_extensions"))
+
+
+class DeepSpeedPipeStrategy(Strategy):
+    name = "deepspeed"
+
+    @classmethod
+    def check(cls, spec) -> None:
+        replicas = uniform_replicas(spec)
+        check_layout(spec, replicas)
+        dp, m, B = replicas[0], spec.train.micro_batches, spec.train.global_batch
+        if B % (dp * m):
+            raise ConfigError(
+                f"DeepSpeed needs train_batch_size = micro-batch x micro-batches x data-parallel width: "
+                f"train.global_batch={B} is not divisible by {m} x {dp}; use a multiple of {dp * m}"
+            )
+        if spec.strategy.recompute not in ("none", "all"):
+            raise ConfigError("strategy=deepspeed supports strategy.recompute=none or all "
+                              "(DeepSpeed's activation_checkpoint_interval 0 or 1)")
+
+    def __init__(self, spec, layers, ctx, comm):
+        super().__init__(spec, layers, ctx, comm)
+        prepare_environment(ctx.device.type)
+        import deepspeed
+        from deepspeed.pipe import PipelineModule
+
+        logging.getLogger("DeepSpeed").setLevel(logging.WARNING)
+        deepspeed.utils.logger.setLevel(logging.WARNING)
+        deepspeed.init_distributed(dist_backend=ctx.backend, auto_mpi_discovery=False, timeout=ctx.timeout)
+
+        replicas = uniform_replicas(spec)
+        topo = Topology(tuple(replicas))
+        S, dp = topo.num_stages, replicas[0]
+        self.layers, self.dp = layers, dp
+        method = spec.strategy.partition_method
+        boundaries = resolve_boundaries(spec, layers, ctx, comm, topo) if method == "harness" else None
+
+        class HarnessPartitionedModule(PipelineModule):
+            """PipelineModule cut at the harness's boundaries instead of DeepSpeed's own rule."""
+
+            def _partition_layers(self, method="uniform"):
+                if boundaries is None:
+                    return super()._partition_layers(method)
+                self.parts = [0, *boundaries, len(self._layer_specs)]
+                stage = self._topo.get_coord(self.global_rank).pipe
+                self._set_bounds(start=self.parts[stage], stop=self.parts[stage + 1])
+
+        self._evaluating = False
+        module = HarnessPartitionedModule(
+            layers=list(layers), num_stages=S, loss_fn=self._loss,
+            partition_method="parameters" if method == "harness" else method,
+            activation_checkpoint_interval=1 if spec.strategy.recompute == "all" else 0,
+        )
+        self.module = module
+        self.layer_range = (module._local_start, module._local_stop)
+        optimizer = make_optimizer(module.parameters(), spec)
+        B, m = spec.train.global_batch, spec.train.micro_batches
+        config = {
+            "train_batch_size": B,
+            "train_micro_batch_size_per_gpu": B // (dp * m),
+            "gradient_accumulation_steps": m,
+            "steps_per_print": 10**9,
+            "wall_clock_breakdown": False,
+            # DeepSpeed clips gradients to norm 1.0 by default; no other strategy
+            # here clips, so clipping would make DeepSpeed train a different model
+            "gradient_clipping": 0.0,
+        }
+        self.engine, self.optimizer, _, _ = deepspeed.initialize(model=module, optimizer=optimizer, config=config,
+                                                                 dist_init_required=False)
+        self.stage = self.engine.stage_id
+        self.replica = self.engine.grid.get_data_parallel_rank()
+        self.micro = B // (dp * m)
+        self.last = self.engine.is_last_stage()
+
+    def _loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        if self._evaluating:  # per micro-batch [CE sum, correct, count], summed after eval_batch
+            return torch.stack([F.cross_entropy(output, target, reduction="sum"),
+                                (output.argmax(-1) == target).sum().to(output.dtype),
+                                torch.tensor(float(target.numel()), dtype=output.dtype, device=output.device)])
+        return F.cross_entropy(output, target)
+
+    def _micro_batches(self, x, y):
+        """This data-parallel replica's micro-batches, in order (DeepSpeed pulls one per micro step)."""
+        share = x.shape[0] // self.dp
+        lo = self.replica * share
+        return iter([(x[lo + k : lo + k + self.micro], y[lo + k : lo + k + self.micro])
+                     for k in range(0, share, self.micro)])
+
+    def train_step(self, x, y):
+        loss = self.engine.train_batch(self._micro_batches(x, y))
+        self.engine.optimizer.zero_grad(set_to_none=True)
+        # train_batch returns the mean over micro-batches and data-parallel replicas on every rank
+        return float(loss) / self.ctx.world_size
+
+    @torch.no_grad()
+    def evaluate(self, x, y):
+        self._evaluating = True
+        # the engine accumulates losses into total_loss, which may hold a scalar left by training
+        self.engine.total_loss = None
+        try:
+            outputs = self.engine.eval_batch(self._micro_batches(x, y), compute_loss=True, reduce_output=None,
+                                             bcast_loss=False)
+        finally:
+            self._evaluating = False
+            self.engine.total_loss = None
+        stats = torch.zeros(3, dtype=torch.float64, device=self.ctx.device)
+        if self.last:
+            stats += torch.stack(list(outputs)).sum(0).to(torch.float64)
+        self.comm.all_reduce(stats)
+        return EvalResult(int(stats[1]), int(stats[2]), float(stats[0]))
+
+    def resident_tensors(self):
+        yield from self.module.parameters()
+        yield from self.module.buffers()
+        yield from optimizer_state_tensors(self.engine.optimizer)
+
+    def layout(self):
+        return {"stage": self.stage, "replica": self.replica, "layers": list(self.layer_range)}
+
+    def state_dict_for_check(self):
+        lo, hi = self.layer_range
+        return {k: v.detach().cpu().clone() for k, v in named_parameters(self.layers, range(lo, hi)).items()}

@@ -1,0 +1,149 @@
+"""GPipe as torchgpipe 0.0.7 runs it: one process driving ``world_size`` devices.
+
+``torchgpipe.GPipe(nn.Sequential(layers), balance, devices, chunks=m,
+checkpoint=strategy.checkpoint)`` with the balance taken from the same stage
+boundaries as our runtime. The harness starts a single worker for it
+(:meth:`GPipeStrategy.processes`), which uses ``cuda:0..N-1`` on GPU. On CPU
+every "device" is the same CPU and torchgpipe serves all partitions from one
+worker thread, so it measures correctness and memory there, not parallel
+speed. torchgpipe cannot run under DDP, so it has no data parallelism.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from queue import Queue
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from harness.errors import ConfigError
+from harness.metrics import optimizer_state_tensors
+from harness.models import num_layers
+from harness.runtime.build import check_layout
+from harness.runtime.partition import balanced_boundaries, check_boundaries, measure_layer_costs, stage_ranges
+from harness.strategy import EvalResult, Strategy, make_optimizer, named_parameters
+
+_CHECKPOINT_MODES = ("always", "except_last", "never")
+
+
+class GPipeStrategy(Strategy):
+    name = "gpipe"
+
+    @classmethod
+    def processes(cls, spec) -> int:
+        return 1
+
+    @classmethod
+    def check(cls, spec) -> None:
+        if spec.strategy.checkpoint not in _CHECKPOINT_MODES:
+            raise ConfigError(f"strategy.checkpoint={spec.strategy.checkpoint} is not one of {', '.join(_CHECKPOINT_MODES)}")
+        stages = spec.strategy.stages
+        if stages != spec.world_size:
+            raise ConfigError(
+                f"strategy=gpipe places one partition per device: strategy.stages={stages} must equal "
+                f"world_size={spec.world_size} (torchgpipe has no data parallelism)"
+            )
+        check_layout(spec, [1] * stages)
+
+    def __init__(self, spec, layers, ctx, comm):
+        super().__init__(spec, layers, ctx, comm)
+        from torchgpipe import GPipe
+
+        self.layers = layers
+        S = spec.strategy.stages
+        if spec.strategy.boundaries is not None:
+            boundaries = check_boundaries(list(spec.strategy.boundaries), len(layers), S)
+        else:
+            micro = max(1, spec.train.global_batch // spec.train.micro_batches)
+            size = spec.data.image_size
+            costs = measure_layer_costs(layers, torch.randn(micro, 3, size, size))
+            boundaries = balanced_boundaries(costs, S)
+        self.boundaries = boundaries
+        balance = [hi - lo for lo, hi in stage_ranges(boundaries, num_layers(spec.model))]
+        if ctx.device.type == "cuda":
+            devices = [torch.device("cuda", i) for i in range(S)]
+        else:
+            devices = [torch.device("cpu")] * S
+        self.devices = devices
+        self.model = GPipe(nn.Sequential(*layers), balance=balance, devices=devices,
+                           chunks=spec.train.micro_batches, checkpoint=spec.strategy.checkpoint)
+        self.optimizer = make_optimizer(self.model.parameters(), spec)
+
+    def train_step(self, x, y):
+        self.model.train()
+        out = self.model(x.to(self.devices[0]))
+        loss = F.cross_entropy(out, y.to(out.device))
+        loss.backward()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return float(loss.detach())
+
+    @torch.no_grad()
+    def evaluate(self, x, y):
+        self.model.eval()
+        out = self.model(x.to(self.devices[0]))
+        y = y.to(out.device)
+        return EvalResult(int((out.argmax(-1) == y).sum()), int(y.numel()),
+                          float(F.cross_entropy(out, y, reduction="sum")))
+
+    def resident_tensors(self):
+        yield from self.model.parameters()
+        yield from self.model.buffers()
+        yield from optimizer_state_tensors(self.optimizer)
+
+    def memory_step_context(self):
+        """On CPU, run torchgpipe's one worker thread inline for the measured step.
+
+        The profiler records CPU allocations of the profiling thread only, and
+        torchgpipe computes forwards in a worker thread. On CPU all partitions
+        share that single thread and the caller waits on it at every clock
+        cycle, so running its tasks inline does the same work in the same
+        order, visible to the measurement. Timed steps keep the real threads.
+        """
+        if self.ctx.device.type != "cpu":
+            return contextlib.nullcontext()
+        import torchgpipe.pipeline
+
+        return _patched(torchgpipe.pipeline, "spawn_workers", _inline_workers)
+
+    def layout(self):
+        return {"stage": "all", "devices": [str(d) for d in self.devices], "boundaries": self.boundaries}
+
+    def state_dict_for_check(self):
+        return {k: v.detach().cpu().clone() for k, v in named_parameters(self.layers, range(len(self.layers))).items()}
+
+
+class _InlineQueue:
+    """Stands in for a worker's input queue: computes each task as it is put."""
+
+    def __init__(self, out_queue: Queue):
+        self.out_queue = out_queue
+
+    def put(self, task) -> None:
+        if task is None:
+            return
+        try:
+            batch = task.compute()
+        except Exception:
+            self.out_queue.put((False, sys.exc_info()))
+            return
+        self.out_queue.put((True, (task, batch)))
+
+
+@contextlib.contextmanager
+def _inline_workers(devices):
+    out_queues = [Queue() for _ in devices]
+    yield [_InlineQueue(q) for q in out_queues], out_queues
+
+
+@contextlib.contextmanager
+def _patched(module, name, value):
+    original = getattr(module, name)
+    setattr(module, name, value)
+    try:
+        yield
+    finally:
+        setattr(module, name, original)

@@ -1,0 +1,130 @@
+"""PyTorch's own pipeline: torch.distributed.pipelining, as its users run it.
+
+``PipelineStage`` over the same layer list and stage boundaries as our runtime,
+``ScheduleGPipe`` or ``Schedule1F1B`` (``strategy.schedule``), and data
+parallelism across pipeline replicas: with ``world_size = stages * n`` there
+are n pipelines, each stage module wrapped in DDP over its n replicas
+(pipelining runs DDP's ``no_sync`` for all but the last backward). Each
+pipeline takes ``B / n`` samples in ``m`` equal micro-batches; the loss is the
+micro-batch mean and the schedule divides gradients by m, so one step equals
+single-process training on the global batch.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+from torch.nn.parallel import DistributedDataParallel
+
+from harness.comm import new_group
+from harness.errors import ConfigError
+from harness.hippie import uniform_replicas
+from harness.metrics import optimizer_state_tensors
+from harness.runtime.build import check_layout, resolve_boundaries
+from harness.runtime.partition import stage_ranges
+from harness.runtime.topology import Topology
+from harness.strategy import EvalResult, Strategy, make_optimizer, named_parameters
+
+_SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
+
+
+class PipeliningStrategy(Strategy):
+    name = "pipelining"
+
+    @classmethod
+    def check(cls, spec) -> None:
+        if spec.strategy.schedule not in _SCHEDULES:
+            raise ConfigError(f"strategy.schedule={spec.strategy.schedule} is not one of {', '.join(_SCHEDULES)}")
+        replicas = uniform_replicas(spec)
+        check_layout(spec, replicas)
+        n, m, B = replicas[0], spec.train.micro_batches, spec.train.global_batch
+        if B % (n * m):
+            raise ConfigError(
+                f"torch.distributed.pipelining needs equal micro-batches: train.global_batch={B} must be divisible by "
+                f"{n} pipeline replica(s) x {m} micro-batches; use a multiple of {n * m}"
+            )
+        if spec.strategy.recompute not in ("none", None):
+            raise ConfigError("strategy=pipelining has no recomputation in this harness; set strategy.recompute=none")
+
+    def __init__(self, spec, layers, ctx, comm):
+        super().__init__(spec, layers, ctx, comm)
+        self.layers = layers
+        replicas = uniform_replicas(spec)
+        topo = Topology(tuple(replicas))
+        S, n = topo.num_stages, replicas[0]
+        self.stage, self.replica = topo.stage_of(ctx.rank), topo.replica_of(ctx.rank)
+        self.n_replicas, self.num_stages = n, S
+
+        boundaries = resolve_boundaries(spec, layers, ctx, comm, topo)
+        ranges = stage_ranges(boundaries, len(layers))
+        self.layer_range = ranges[self.stage]
+        # all ranks create all groups, in the same order
+        pipe_groups = [new_group([s * n + j for s in range(S)], ctx.timeout) for j in range(n)]
+        dp_groups = [new_group(topo.ranks_of(s), ctx.timeout) for s in range(S)]
+
+        lo, hi = self.layer_range
+        self.module = nn.Sequential(*layers[lo:hi]).to(ctx.device)
+        submodule = self.module
+        if n > 1:
+            submodule = DistributedDataParallel(self.module, process_group=dp_groups[self.stage],
+                                                device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None)
+        self.optimizer = make_optimizer(self.module.parameters(), spec)
+
+        m = spec.train.micro_batches
+        self.local_batch = spec.train.global_batch // n
+        # shapes are inferred by pipelining on the first (untimed) step, as its users run it
+        self.pipe_stage = PipelineStage(submodule, self.stage, S, ctx.device, group=pipe_groups[self.replica])
+        self.schedule = _SCHEDULES[spec.strategy.schedule](self.pipe_stage, n_microbatches=m, loss_fn=self._loss)
+
+    @staticmethod
+    def _loss(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(output, target)
+
+    def _share(self, x, y):
+        lo = self.replica * self.local_batch
+        return x[lo : lo + self.local_batch], y[lo : lo + self.local_batch]
+
+    def _call(self, fn, x, y, losses):
+        first, last = self.stage == 0, self.stage == self.num_stages - 1
+        args = (x,) if first else ()
+        kwargs = {"target": y, "losses": losses} if last else {}
+        return fn(*args, **kwargs)
+
+    def train_step(self, x, y):
+        self.module.train()
+        x, y = self._share(x, y)
+        losses: list[torch.Tensor] = []
+        self._call(self.schedule.step, x, y, losses)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        if not losses:
+            return 0.0
+        return float(torch.stack([l.detach() for l in losses]).mean()) / self.n_replicas
+
+    @torch.no_grad()
+    def evaluate(self, x, y):
+        self.module.eval()
+        x, y = self._share(x, y)
+        losses: list[torch.Tensor] = []
+        out = self._call(self.schedule.eval, x, y, losses)
+        stats = torch.zeros(3, dtype=torch.float64, device=self.ctx.device)
+        if self.stage == self.num_stages - 1:
+            stats[0] = float((out.argmax(-1) == y).sum())
+            stats[1] = float(y.numel())
+            stats[2] = float(F.cross_entropy(out, y, reduction="sum"))
+        self.comm.all_reduce(stats)
+        return EvalResult(int(stats[0]), int(stats[1]), float(stats[2]))
+
+    def resident_tensors(self):
+        yield from self.module.parameters()
+        yield from self.module.buffers()
+        yield from optimizer_state_tensors(self.optimizer)
+
+    def layout(self):
+        return {"stage": self.stage, "replica": self.replica, "layers": list(self.layer_range)}
+
+    def state_dict_for_check(self):
+        lo, hi = self.layer_range
+        return {k: v.detach().cpu().clone() for k, v in named_parameters(self.layers, range(lo, hi)).items()}
