@@ -56,6 +56,7 @@ def main(cfg: DictConfig) -> None:
             return  # the other jobs of the sweep go on; the table shows this one as failed
         raise SystemExit(2)
 
+    spec.output_dir = output_dir
     rec = launch.run(spec, output_dir)
     if rec.get("status") == "running":  # a non-zero rank under torchrun/Slurm: rank 0 reports
         return

@@ -139,6 +139,9 @@ class Pending:
     def wait(self) -> None:
         _wait(self.work, self.what, self.timeout)
 
+    def done(self) -> bool:
+        return self.work.is_completed()
+
 
 def env_rank_info() -> tuple[int, int, int] | None:
     """(rank, world_size, local_rank) when this process was started by torchrun or Slurm.

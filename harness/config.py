@@ -69,8 +69,19 @@ class StrategyConfig:
     bucket_mb: float = 4.0
     # torchgpipe checkpoint mode: always | except_last | never
     checkpoint: str = "except_last"
-    # DeepSpeed partition method when no boundaries are given: parameters | uniform | type:...
-    partition_method: str = "parameters"
+    # DeepSpeed partition method: harness (our boundaries) | parameters | uniform | type:<regex>
+    partition_method: str = "harness"
+    # AshPipe: how to choose replicas and boundaries when strategy.replicas is unset (auto: the planner)
+    plan: str = "auto"
+    # AshPipe planner: memory per worker in GiB (None: the GPU's memory; unlimited on CPU)
+    memory_limit: Optional[float] = None
+    # AshPipe planner: assumed point-to-point and all-reduce bandwidth in GB/s (None: measured between workers)
+    bandwidth_gbps: Optional[float] = None
+    # AshPipe Switch Parallelism: plain DP for this many steps (or epochs), then the hybrid plan
+    switch_step: Optional[int] = None
+    switch_epoch: Optional[int] = None
+    # AshPipe: start in hybrid mode from a switch checkpoint directory
+    resume_from: Optional[str] = None
 
 
 @dataclass

@@ -34,6 +34,8 @@ class RunSpec:
     tag: str
     steps: int  # resolved from train.steps or train.epochs
     device: str  # cpu | cuda
+    steps_per_epoch: int = 0
+    output_dir: str = ""  # the run's directory (set at launch; workers write checkpoints there)
 
     @property
     def timed_steps(self) -> int:
@@ -109,6 +111,7 @@ def build_spec(cfg: DictConfig | RunConfig) -> RunSpec:
     spec = RunSpec(
         model=rc.model, data=rc.data, strategy=rc.strategy, train=t, launch=launch, logger=rc.logger,
         world_size=rc.world_size, seed=rc.seed, tag=rc.tag, steps=steps, device=device,
+        steps_per_epoch=steps_per_epoch,
     )
     if spec.timed_steps < 1:
         raise ConfigError(

@@ -32,6 +32,7 @@ REGISTRY: dict[str, str] = {
     "pipelining": "baselines.pipelining:PipeliningStrategy",
     "deepspeed": "baselines.deepspeed_pipe:DeepSpeedPipeStrategy",
     "gpipe": "baselines.gpipe:GPipeStrategy",
+    "ashpipe": "harness.ashpipe:AshPipeStrategy",
 }
 
 
@@ -80,6 +81,13 @@ class Strategy(ABC):
     @abstractmethod
     def resident_tensors(self) -> Iterable[torch.Tensor]:
         """Tensors this rank holds between steps (parameters, optimizer state, stashes, buffers)."""
+
+    def start_step(self) -> int:
+        """The step to start from (non-zero when resuming from a checkpoint)."""
+        return 0
+
+    def finish_training(self) -> None:
+        """Called once after the last step, before evaluation (an asynchronous pipeline drains here)."""
 
     def memory_step_context(self):
         """Context for the one step whose memory is measured (see harness.metrics)."""

@@ -49,7 +49,8 @@ def train(spec: RunSpec, ctx: comm_mod.DistContext, progress: bool = True) -> di
     train_start = time.perf_counter()
     reached_target_s = None
 
-    for step in range(steps):
+    first_step = strategy.start_step()
+    for step in range(first_step, steps):
         x, y = dataset.train.batch(order.indices(step))
         x, y = x.to(ctx.device, non_blocking=True), y.to(ctx.device, non_blocking=True)
         if step == memory_step:
@@ -73,6 +74,7 @@ def train(spec: RunSpec, ctx: comm_mod.DistContext, progress: bool = True) -> di
             curve.append(point)
             if reached_target_s is None and point["accuracy"] >= t.target_accuracy:
                 reached_target_s = point["elapsed_s"]
+    strategy.finish_training()
     train_time = time.perf_counter() - train_start
     bar.close()
 
@@ -97,7 +99,7 @@ def train(spec: RunSpec, ctx: comm_mod.DistContext, progress: bool = True) -> di
     if not ctx.is_main:
         return None
 
-    losses = [[step, sum(vals)] for step, vals in enumerate(zip(*(r.pop("loss_shares") for r in gathered)))]
+    losses = [[step, sum(vals)] for step, vals in enumerate(zip(*(r.pop("loss_shares") for r in gathered)), start=first_step)]
     timing = step_time_summary([r["step_times"] for r in gathered])
     step_time = timing["step_time_s"]
     peaks = [r["peak_memory_bytes"] for r in gathered]

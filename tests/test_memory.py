@@ -13,7 +13,7 @@ from harness.strategy import strategy_class
 from tests.conftest import make_spec
 from tests.distributed import spawn
 
-COMMON = ["strategy=hippie", "world_size=2", "train.global_batch=64", "train.micro_batches=4",
+COMMON = ["strategy=hippie", "world_size=2", "train.global_batch=64", "train.micro_batches=4", "strategy.boundaries=[3]",
           "data.train_size=256", "data.test_size=32"]
 CASES = {
     "1f1b_none": ["strategy.recompute=none"],
@@ -48,3 +48,31 @@ def test_recomputation_lowers_and_gpipe_raises_peak_memory(tmp_path):
     # auto recomputes on stage 0 only (last-stage scheduling)
     assert stage0["1f1b_auto"] < stage0["1f1b_none"]
     assert abs(stage1["1f1b_auto"] - stage1["1f1b_none"]) < 0.02 * stage1["1f1b_none"]
+
+
+def measure_ashpipe(ctx, spec, out_dir):
+    strategy = strategy_class("ashpipe")(spec, build_layers(spec.model, spec.seed), ctx, Comm(ctx))
+    data = load(spec.data, spec.seed)
+    order = BatchOrder(len(data.train), spec.train.global_batch, spec.seed)
+    for step in range(3):
+        strategy.train_step(*data.train.batch(order.indices(step)))
+    meter = MemoryMeter(ctx.device)
+    with meter.measure_step(strategy.resident_tensors()):
+        strategy.train_step(*data.train.batch(order.indices(3)))
+    strategy.finish_training()
+    params = sum(p.numel() * p.element_size() for p in strategy.params)
+    with open(os.path.join(out_dir, f"ash{ctx.rank}.json"), "w") as f:
+        json.dump({"params": params, "resident": meter.resident_bytes, "peak": meter.peak_bytes}, f)
+
+
+def test_ashpipe_memory_counts_stashed_weight_versions(tmp_path):
+    spec = make_spec("strategy=ashpipe", "world_size=2", "strategy.replicas=[1,1]", "strategy.boundaries=[3]",
+                     "train.micro_batches=1", "train.global_batch=32", "data.train_size=256", "data.test_size=32")
+    spawn(2, measure_ashpipe, spec, str(tmp_path))
+    first, last = (json.load(open(tmp_path / f"ash{r}.json")) for r in (0, 1))
+    # stage 0 (one minibatch of warm-up) starts each step with master weights, AdamW's two
+    # moments and one stashed version in flight, and stashes a second during the step
+    assert first["resident"] >= 4 * first["params"]
+    assert first["peak"] >= first["resident"] + first["params"]
+    # the last stage stashes nothing: master weights and two moments, plus nothing in flight
+    assert last["resident"] < 3.2 * last["params"]

@@ -91,12 +91,16 @@ class StageBuild:
     recompute: set[int]
 
 
-def build_stage(spec, layers: list[nn.Module], ctx: DistContext, comm: Comm, replicas: list[int]) -> StageBuild:
+def build_stage(spec, layers: list[nn.Module], ctx: DistContext, comm: Comm, replicas: list[int],
+                boundaries: list[int] | None = None, recompute: set[int] | None = None) -> StageBuild:
+    """This rank's stage. ``boundaries`` and ``recompute`` (global layer indices) override
+    the spec's rules when a planner has chosen them."""
     topo = Topology(tuple(replicas))
     n_layers = len(layers)
     stage, replica = topo.stage_of(ctx.rank), topo.replica_of(ctx.rank)
 
-    boundaries = resolve_boundaries(spec, layers, ctx, comm, topo)
+    if boundaries is None:
+        boundaries = resolve_boundaries(spec, layers, ctx, comm, topo)
     ranges = stage_ranges(boundaries, n_layers)
     lo, hi = ranges[stage]
 
@@ -105,7 +109,10 @@ def build_stage(spec, layers: list[nn.Module], ctx: DistContext, comm: Comm, rep
     group = groups[stage] if replicas[stage] > 1 else None
 
     last = stage == topo.num_stages - 1
-    recompute = resolve_recompute(spec.strategy.recompute, n_layers, (lo, hi), last_stage=last)
+    if recompute is None:
+        recompute = resolve_recompute(spec.strategy.recompute, n_layers, (lo, hi), last_stage=last)
+    else:
+        recompute = {i for i in recompute if lo <= i < hi}
     module = StageModule([layers[i] for i in range(lo, hi)], {i - lo for i in recompute}).to(ctx.device)
 
     plan = StagePlan(topo, ctx.rank, stage, replica, spec.train.micro_batches, boundary_shapes(spec, ranges))

@@ -9,18 +9,33 @@ compute, communication and idle time and a timeline can be drawn.
 
 from __future__ import annotations
 
+import contextlib
 import time
+import weakref
 from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.utils.stateless import _reparametrize_module
 from torch.utils.checkpoint import checkpoint
 
 from harness.comm import Comm, Pending
 from harness.runtime import schedule as sch
 from harness.runtime.topology import Topology, owned_range, transfers
 from harness.strategy import summed_loss
+
+
+def _weights(module: nn.Module, version: dict[str, torch.Tensor]):
+    """Run ``module`` with ``version``'s tensors in place of its parameters (as
+    torch.func.functional_call does), around both forward and backward, so that
+    recomputation in backward sees the same weights as the forward did."""
+    return _reparametrize_module(module, version)
+
+
+def _tag(micro: int, grad: bool) -> int:
+    """Message tag: activations even, gradients odd; bounded for long asynchronous runs."""
+    return 2 * (micro % (1 << 20)) + int(grad)
 
 
 class StageModule(nn.Module):
@@ -89,6 +104,12 @@ class GradSync:
         flat = torch.cat([p.grad.reshape(-1) for p in self.buckets[b]])
         self._pending[b] = (flat, self.comm.all_reduce_async(flat, self.group))
 
+    def reduce_all(self) -> None:
+        """Start every bucket's all-reduce now (gradients are already final)."""
+        for b in range(len(self.buckets)):
+            if b not in self._pending:
+                self._launch(b)
+
     def wait(self) -> None:
         """Finish every bucket's all-reduce and write the sums back into ``.grad``."""
         self.armed = False
@@ -145,19 +166,49 @@ class StagePlan:
 
 class StageExecutor:
     def __init__(self, plan: StagePlan, module: StageModule, comm: Comm, optimizer: torch.optim.Optimizer,
-                 grad_sync: GradSync | None, dtype: torch.dtype = torch.float32):
+                 grad_sync: GradSync | None, dtype: torch.dtype = torch.float32, stash_weights: bool = False):
         self.plan, self.module, self.comm = plan, module, comm
         self.optimizer, self.grad_sync, self.dtype = optimizer, grad_sync, dtype
         self.device = comm.ctx.device
+        # weight stashing (asynchronous schedules): a forward runs on a copy of the
+        # weights it saw, kept until its backward, while STEPs update the master weights
+        self.stash_weights = stash_weights
+        self._stash: dict[int, dict[str, torch.Tensor]] = {}
+        # what autograd saved for each minibatch in flight (weak references: measuring must not keep it alive)
+        self._saved: dict[int, list[weakref.ref]] = {}
+        self._reset_state()
 
-    # -- one iteration ------------------------------------------------------
-    def run(self, actions: list[sch.Action], x: torch.Tensor, y: torch.Tensor, training: bool = True) -> StageRun:
-        self._x, self._y, self._batch, self._training = x, y, x.shape[0], training
+    def _reset_state(self) -> None:
         self._inputs: dict[int, torch.Tensor] = {}
         self._outputs: dict[int, torch.Tensor] = {}
         self._losses: dict[int, torch.Tensor] = {}
         self._grads: dict[int, torch.Tensor] = {}
         self._sends: list[Pending] = []
+
+    def stashed_tensors(self) -> list[torch.Tensor]:
+        """Weight copies held for minibatches in flight (for memory accounting)."""
+        return [t for version in self._stash.values() for t in version.values()]
+
+    def inflight_tensors(self) -> list[torch.Tensor]:
+        """Activations held for minibatches in flight between calls: received inputs,
+        outputs and every tensor autograd saved for their backward."""
+        live = [r() for refs in self._saved.values() for r in refs]
+        return [t for t in live if t is not None] + list(self._inputs.values()) + list(self._outputs.values())
+
+    # -- one call ------------------------------------------------------------
+    def run(self, actions: list[sch.Action], x: torch.Tensor | None, y: torch.Tensor | None,
+            training: bool = True, flush: bool = True) -> StageRun:
+        """Run ``actions`` with global batch ``(x, y)``.
+
+        ``flush=True`` (synchronous schedules) ends the call with every send
+        complete and nothing in flight. ``flush=False`` (asynchronous schedules)
+        keeps minibatches in flight, and their sends, for the next call.
+        """
+        if x is not None:
+            self._x, self._y, self._batch = x, y, x.shape[0]
+        self._training = training
+        if flush:
+            self._reset_state()
         self._run = StageRun()
         t_start = time.perf_counter()
         with torch.set_grad_enabled(training):
@@ -171,22 +222,30 @@ class StageExecutor:
                 elif action.op in (sch.RECV_F, sch.RECV_B):
                     self._run.idle_s += t1 - t0
         t0 = time.perf_counter()
-        self._wait_sends()
+        if flush:
+            self._wait_sends()
+        else:
+            self._sends = [p for p in self._sends if not p.done()]
         self._run.comm_s += time.perf_counter() - t0
         return self._run
 
+    def drain_sends(self) -> None:
+        self._wait_sends()
+
     # -- helpers -------------------------------------------------------------
-    def _range(self, micro: int, stage: int | None = None, replica: int | None = None) -> tuple[int, int]:
+    def _range(self, micro: int) -> tuple[int, int]:
+        # asynchronous schedules number minibatches across calls; within a batch the
+        # slice is the index modulo the micro-batch count
         p = self.plan
-        return owned_range(p.topo, self._batch, p.micro_batches, micro,
-                           p.stage if stage is None else stage, p.replica if replica is None else replica)
+        return owned_range(p.topo, self._batch, p.micro_batches, micro % p.micro_batches, p.stage, p.replica)
 
     def _pieces(self, micro: int, towards_next: bool):
         """Transfers of ``micro`` that touch this rank on the boundary with the next (or previous) stage."""
         p = self.plan
         boundary = p.stage if towards_next else p.stage - 1
         me = "src" if towards_next else "dst"
-        return [t for t in transfers(p.topo, self._batch, p.micro_batches, micro, boundary) if getattr(t, me) == p.rank]
+        pieces = transfers(p.topo, self._batch, p.micro_batches, micro % p.micro_batches, boundary)
+        return [t for t in pieces if getattr(t, me) == p.rank]
 
     def _receive(self, micro: int, shape: tuple[int, ...], pieces, peer_attr: str, tag: int) -> torch.Tensor:
         lo, hi = self._range(micro)
@@ -209,7 +268,7 @@ class StageExecutor:
     # -- actions -------------------------------------------------------------
     def _RECV_F(self, a: sch.Action) -> None:
         shape = self.plan.boundary_shapes[self.plan.stage]
-        buf = self._receive(a.micro, shape, self._pieces(a.micro, towards_next=False), "src", tag=2 * a.micro)
+        buf = self._receive(a.micro, shape, self._pieces(a.micro, towards_next=False), "src", tag=_tag(a.micro, grad=False))
         self._inputs[a.micro] = buf.requires_grad_(self._training)
 
     def _F(self, a: sch.Action) -> None:
@@ -218,7 +277,21 @@ class StageExecutor:
             inp = self._x[lo:hi]
         else:
             inp = self._inputs[a.micro]
-        out = self.module(inp)
+        if self.stash_weights and self._training:
+            version = {n: p.detach().clone().requires_grad_(True) for n, p in self.module.named_parameters()}
+            self._stash[a.micro] = version
+            refs = self._saved[a.micro] = []
+            stashed = {id(t) for t in version.values()}
+
+            def pack(t: torch.Tensor) -> torch.Tensor:
+                if id(t) not in stashed:  # weights are counted as stashed copies
+                    refs.append(weakref.ref(t))
+                return t
+
+            with _weights(self.module, version), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+                out = self.module(inp)
+        else:
+            out = self.module(inp)
         if not self.plan.is_last:
             self._outputs[a.micro] = out
             return
@@ -237,7 +310,7 @@ class StageExecutor:
 
     def _SEND_F(self, a: sch.Action) -> None:
         out = self._outputs[a.micro]
-        self._send(out.detach(), a.micro, self._pieces(a.micro, towards_next=True), "dst", tag=2 * a.micro)
+        self._send(out.detach(), a.micro, self._pieces(a.micro, towards_next=True), "dst", tag=_tag(a.micro, grad=False))
         if not self._training:
             self._outputs.pop(a.micro)
             self._inputs.pop(a.micro, None)
@@ -245,23 +318,32 @@ class StageExecutor:
     def _RECV_B(self, a: sch.Action) -> None:
         shape = self.plan.boundary_shapes[self.plan.stage + 1]
         self._grads[a.micro] = self._receive(a.micro, shape, self._pieces(a.micro, towards_next=True), "dst",
-                                             tag=2 * a.micro + 1)
+                                             tag=_tag(a.micro, grad=True))
 
     def _B(self, a: sch.Action) -> None:
         if a.reduce and self.grad_sync is not None:
             self.grad_sync.arm()
-        if self.plan.is_last:
-            self._losses.pop(a.micro).backward()
-        else:
-            torch.autograd.backward(self._outputs.pop(a.micro), self._grads.pop(a.micro))
+        version = self._stash.pop(a.micro, None)
+        self._saved.pop(a.micro, None)
+        # recomputed layers run their forward again here: give them the same weights
+        with _weights(self.module, version) if version is not None else contextlib.nullcontext():
+            if self.plan.is_last:
+                self._losses.pop(a.micro).backward()
+            else:
+                torch.autograd.backward(self._outputs.pop(a.micro), self._grads.pop(a.micro))
+        if version is not None:  # gradients computed on the stashed weights update the master weights
+            for n, p in self.module.named_parameters():
+                p.grad = version[n].grad
 
     def _SEND_B(self, a: sch.Action) -> None:
         inp = self._inputs.pop(a.micro)
-        self._send(inp.grad, a.micro, self._pieces(a.micro, towards_next=False), "src", tag=2 * a.micro + 1)
+        self._send(inp.grad, a.micro, self._pieces(a.micro, towards_next=False), "src", tag=_tag(a.micro, grad=True))
 
     def _STEP(self, a: sch.Action) -> None:
         if self.grad_sync is not None:
             t0 = time.perf_counter()
+            if self.stash_weights:  # gradients live on stashed copies: reduce now, not during backward
+                self.grad_sync.reduce_all()
             self.grad_sync.wait()
             self._run.comm_s += time.perf_counter() - t0
         t0 = time.perf_counter()

@@ -30,7 +30,7 @@ class Action:
 
     def __str__(self) -> str:
         if self.op == STEP:
-            return "STEP"
+            return "STEP" if self.micro < 0 else f"STEP{self.micro}"
         return f"{self.op}{self.micro}" + ("*" if self.reduce else "")
 
 
@@ -89,6 +89,41 @@ def one_f_one_b(num_stages: int, micro_batches: int) -> list[list[Action]]:
 
 
 SCHEDULES: dict[str, Callable[[int, int], list[list[Action]]]] = {"gpipe": gpipe, "1f1b": one_f_one_b}
+
+
+# PipeDream-style asynchronous 1F1B (AshPipe): one minibatch at a time, no flush.
+# Stage s admits ``S - 1 - s`` minibatches of warm-up, then alternates one
+# forward with one backward, and steps its optimizer after every backward. The
+# action lists are produced one minibatch at a time, because a run does not know
+# in advance how many minibatches it will take.
+
+
+def async_warmup(num_stages: int, stage: int) -> int:
+    return num_stages - 1 - stage
+
+
+def async_step(num_stages: int, stage: int, minibatch: int) -> list[Action]:
+    """What ``stage`` does when minibatch ``minibatch`` enters the pipeline."""
+    acts = _forward(stage, num_stages, minibatch)
+    done = minibatch - async_warmup(num_stages, stage)
+    if done >= 0:
+        acts += _backward(stage, num_stages, done, reduce=True) + [Action(STEP, done)]
+    return acts
+
+
+def async_drain(num_stages: int, stage: int, minibatches: int) -> list[Action]:
+    """The backwards (and steps) still owed by ``stage`` after ``minibatches`` have entered."""
+    first = max(0, minibatches - async_warmup(num_stages, stage))
+    acts: list[Action] = []
+    for k in range(first, minibatches):
+        acts += _backward(stage, num_stages, k, reduce=True) + [Action(STEP, k)]
+    return acts
+
+
+def async_1f1b(num_stages: int, minibatches: int) -> list[list[Action]]:
+    """The whole asynchronous run of ``minibatches``, per stage (for simulation and tests)."""
+    return [[a for i in range(minibatches) for a in async_step(num_stages, s, i)]
+            + async_drain(num_stages, s, minibatches) for s in range(num_stages)]
 
 
 def forward_only(num_stages: int, micro_batches: int) -> list[list[Action]]:

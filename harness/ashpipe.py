@@ -1,0 +1,279 @@
+"""AshPipe (Hosoki et al., HPC Asia 2024) on our runtime, with Switch Parallelism in one job.
+
+- Asynchronous PipeDream-style 1F1B: one minibatch at a time, no flush; each
+  stage steps its optimizer after every backward
+  (:func:`harness.runtime.schedule.async_step`).
+- Weight stashing: a forward runs on a copy of the stage's weights, kept until
+  that minibatch's backward, so the backward uses exactly the weights its
+  forward used (the executor's ``stash_weights``); stage s keeps at most
+  ``S - s`` (warm-up + 1) copies besides its master weights.
+- Non-uniform replicas: ``strategy.replicas=[n_0, ...]``; every stage processes
+  the whole global batch, replica r of n taking ``(B + r) // n`` samples;
+  activations and gradients move many-to-many between overlapping slices;
+  each stage all-reduces (SUM) its gradients over its replicas after every
+  backward (the loss is summed and divided by B). Parameters are broadcast
+  from each stage's first rank at start.
+- Planner (``strategy.replicas`` unset): :mod:`harness.planner`, on layer
+  costs measured on rank 0 and bandwidth measured between the workers.
+- Switch Parallelism: ``strategy.switch_step`` (or ``strategy.switch_epoch``)
+  trains plain data parallelism first, then switches to the hybrid plan inside
+  the same job. At the switch every rank already holds all weights and
+  optimizer state (DP replicas are identical), so each keeps its stage's
+  parameters and their optimizer state and drops the rest; nothing is sent.
+  A checkpoint of each rank's stage is written at the switch
+  (``<run dir>/switch_checkpoint/rank<r>.pt``) and ``strategy.resume_from``
+  starts a later job from it in hybrid mode.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+from torch import nn
+
+from harness.errors import ConfigError
+from harness.data import replica_slice
+from harness.metrics import optimizer_state_tensors
+from harness.models import num_layers
+from harness.runtime import schedule as sch
+from harness.runtime.build import build_stage, check_layout
+from harness.runtime.executor import GradSync, StageExecutor
+from harness.strategy import EvalResult, Strategy, make_optimizer, named_parameters, summed_loss
+
+
+def switch_step(spec) -> int:
+    """Steps of plain data parallelism before the hybrid plan (0: hybrid from the start)."""
+    st = spec.strategy
+    if st.switch_epoch is not None:
+        return st.switch_epoch * spec.steps_per_epoch
+    return st.switch_step or 0
+
+
+class AshPipeStrategy(Strategy):
+    name = "ashpipe"
+
+    @classmethod
+    def check(cls, spec) -> None:
+        if spec.train.micro_batches != 1:
+            raise ConfigError(
+                f"strategy=ashpipe moves one whole minibatch at a time; set train.micro_batches=1 "
+                f"(got {spec.train.micro_batches})"
+            )
+        st = spec.strategy
+        if st.replicas is not None:
+            check_layout(spec, list(st.replicas))
+        elif spec.world_size > spec.train.global_batch:
+            raise ConfigError(f"world_size={spec.world_size} exceeds train.global_batch={spec.train.global_batch}")
+        k = switch_step(spec)
+        if k < 0 or k > spec.steps:
+            raise ConfigError(f"the switch to the hybrid plan (step {k}) must lie within the run's {spec.steps} steps")
+        if st.resume_from and not os.path.isdir(st.resume_from):
+            raise ConfigError(f"strategy.resume_from={st.resume_from} is not a directory with a switch checkpoint")
+        if st.memory_limit is not None and st.memory_limit <= 0:
+            raise ConfigError(f"strategy.memory_limit={st.memory_limit} GiB must be positive")
+
+    def __init__(self, spec, layers, ctx, comm):
+        super().__init__(spec, layers, ctx, comm)
+        self.layers = layers
+        self.calls = 0
+        self.entered = 0  # minibatches that entered the hybrid pipeline
+        self.switch_at = switch_step(spec)
+        self.plan_report: str | None = None
+        self._dp: _PlainDataParallel | None = None
+        self.executor: StageExecutor | None = None
+        if spec.strategy.resume_from:
+            self._build_hybrid(optimizer_state=None)
+            self._load_switch_checkpoint(spec.strategy.resume_from)
+        elif self.switch_at > 0:
+            self._dp = _PlainDataParallel(spec, layers, ctx, comm)
+        else:
+            self._build_hybrid(optimizer_state=None)
+
+    # -- layouts --------------------------------------------------------------
+    def _layout(self) -> tuple[list[int], list[int] | None, set[int] | None]:
+        """Replicas, boundaries and recomputed layers: from the config, or from the planner."""
+        if self.spec.strategy.replicas is not None:
+            return list(self.spec.strategy.replicas), None, None
+        from harness.plan import plan_in_job
+
+        plan, report = plan_in_job(self.spec, self.layers, self.ctx, self.comm)
+        self.plan_report = report
+        return plan.replicas, plan.boundaries, set(plan.recompute_layers)
+
+    def _build_hybrid(self, optimizer_state: torch.optim.Optimizer | None) -> None:
+        replicas, boundaries, recompute = self._layout()
+        spec = self.spec
+        self.build = build_stage(spec, self.layers, self.ctx, self.comm, replicas, boundaries, recompute)
+        self.plan = self.build.plan
+        self.params = list(self.build.module.parameters())
+        group = self.build.replica_group
+        if group is not None:  # replicas start from the stage's first rank's weights
+            first = self.plan.topo.ranks_of(self.plan.stage)[0]
+            for p in self.params:
+                self.comm.broadcast(p.data, src=first, group=group)
+        self.optimizer = make_optimizer(self.params, spec)
+        if optimizer_state is not None:  # Switch Parallelism: carry the DP optimizer state over
+            for p in self.params:
+                if p in optimizer_state.state:
+                    self.optimizer.state[p] = optimizer_state.state[p]
+        grad_sync = None
+        if group is not None:
+            grad_sync = GradSync(self.params, self.comm, group, int(spec.strategy.bucket_mb * 2**20))
+        self.executor = StageExecutor(self.plan, self.build.module, self.comm, self.optimizer, grad_sync,
+                                      stash_weights=self.plan.stage < self.plan.topo.num_stages - 1)
+        self.eval_actions = sch.forward_only(self.plan.topo.num_stages, 1)[self.plan.stage]
+
+    def _switch(self) -> None:
+        dp_optimizer = self._dp.optimizer
+        self._dp = None
+        self._build_hybrid(optimizer_state=dp_optimizer)
+        self._save_switch_checkpoint()
+
+    # -- checkpoints ------------------------------------------------------------
+    def _checkpoint_dir(self) -> str | None:
+        return os.path.join(self.spec.output_dir, "switch_checkpoint") if self.spec.output_dir else None
+
+    def _save_switch_checkpoint(self) -> None:
+        folder = self._checkpoint_dir()
+        if folder is None:
+            return
+        os.makedirs(folder, exist_ok=True)
+        lo, hi = self.build.layer_range
+        state = {"step": self.calls, "replicas": list(self.plan.topo.replicas), "boundaries": self.build.boundaries,
+                 "layers": [lo, hi], "model": self.spec.model.name,
+                 "params": {k: v.detach().cpu() for k, v in named_parameters(self.layers, range(lo, hi)).items()},
+                 "optimizer": self.optimizer.state_dict()}
+        tmp = os.path.join(folder, f".rank{self.ctx.rank}.pt.tmp")
+        torch.save(state, tmp)
+        os.replace(tmp, os.path.join(folder, f"rank{self.ctx.rank}.pt"))
+
+    def _load_switch_checkpoint(self, folder: str) -> None:
+        path = os.path.join(folder, f"rank{self.ctx.rank}.pt")
+        if not os.path.isfile(path):
+            raise ConfigError(f"no switch checkpoint for rank {self.ctx.rank} at {path}")
+        state = torch.load(path, map_location=self.ctx.device)
+        lo, hi = self.build.layer_range
+        if state["layers"] != [lo, hi] or state["replicas"] != list(self.plan.topo.replicas):
+            raise ConfigError(f"{path} holds layers {state['layers']} with replicas {state['replicas']}; this job's "
+                              f"rank {self.ctx.rank} has layers {[lo, hi]} with replicas {list(self.plan.topo.replicas)}")
+        params = named_parameters(self.layers, range(lo, hi))
+        with torch.no_grad():
+            for k, v in state["params"].items():
+                params[k].copy_(v)
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.calls = state["step"]
+
+    def start_step(self) -> int:
+        return self.calls
+
+    # -- training -------------------------------------------------------------
+    def train_step(self, x, y):
+        if self._dp is not None and self.calls == self.switch_at:
+            self._switch()
+        self.calls += 1
+        if self._dp is not None:
+            return self._dp.train_step(x, y)
+        actions = sch.async_step(self.plan.topo.num_stages, self.plan.stage, self.entered)
+        self.entered += 1
+        self.build.module.train()
+        run = self.executor.run(actions, x, y, training=True, flush=False)
+        self.step_stats.append({"compute_s": run.compute_s, "comm_s": run.comm_s, "idle_s": run.idle_s,
+                                "events": run.events})
+        return run.loss
+
+    def finish_training(self) -> None:
+        """Drain the minibatches still in flight (their backwards and steps), then settle sends."""
+        if self.executor is None:
+            return
+        drain = sch.async_drain(self.plan.topo.num_stages, self.plan.stage, self.entered)
+        self.executor.run(drain, None, None, training=True, flush=False)
+        self.executor.drain_sends()
+
+    @torch.no_grad()
+    def evaluate(self, x, y):
+        if self._dp is not None:
+            return self._dp.evaluate(x, y)
+        self.build.module.eval()
+        run = self.executor.run(self.eval_actions, x, y, training=False)
+        stats = torch.tensor([run.correct, run.count, run.loss_sum], dtype=torch.float64, device=self.ctx.device)
+        self.comm.all_reduce(stats)
+        return EvalResult(int(stats[0]), int(stats[1]), float(stats[2]))
+
+    def resident_tensors(self):
+        if self._dp is not None:
+            yield from self._dp.resident_tensors()
+            return
+        yield from self.params
+        yield from self.build.module.buffers()
+        yield from optimizer_state_tensors(self.optimizer)
+        yield from self.executor.stashed_tensors()
+        yield from self.executor.inflight_tensors()
+
+    def layout(self):
+        if self.executor is None:
+            return {"stage": "dp", "layers": [0, len(self.layers)]}
+        return {"stage": self.plan.stage, "replica": self.plan.replica, "layers": list(self.build.layer_range),
+                "boundaries": self.build.boundaries, "replicas": list(self.plan.topo.replicas),
+                "recompute": sorted(self.build.recompute), "switch_step": self.switch_at}
+
+    def extra_metrics(self):
+        return {"plan": self.plan_report} if self.plan_report and self.ctx.rank == 0 else {}
+
+    def state_dict_for_check(self):
+        if self._dp is not None:
+            return self._dp.state_dict_for_check()
+        lo, hi = self.build.layer_range
+        return {k: v.detach().cpu().clone() for k, v in named_parameters(self.layers, range(lo, hi)).items()}
+
+
+class _PlainDataParallel:
+    """Switch Parallelism's first phase: every rank holds the whole model.
+
+    Gradients are summed over all ranks with the same bucketed asynchronous
+    all-reduce the pipeline uses (started during backward), and the loss is
+    summed and divided by B, so one step equals single-process training.
+    """
+
+    def __init__(self, spec, layers, ctx, comm):
+        self.spec, self.ctx, self.comm = spec, ctx, comm
+        self.layers = layers
+        self.model = nn.Sequential(*layers).to(ctx.device)
+        self.params = list(self.model.parameters())
+        self.optimizer = make_optimizer(self.params, spec)
+        self.grad_sync = None
+        if ctx.world_size > 1:
+            import torch.distributed as dist
+
+            self.grad_sync = GradSync(self.params, comm, dist.group.WORLD, int(spec.strategy.bucket_mb * 2**20))
+        self.share = replica_slice(spec.train.global_batch, ctx.world_size, ctx.rank)
+
+    def train_step(self, x, y):
+        self.model.train()
+        if self.grad_sync is not None:
+            self.grad_sync.arm()
+        loss = summed_loss(self.model(x[self.share]), y[self.share], self.spec.train.global_batch)
+        loss.backward()
+        if self.grad_sync is not None:
+            self.grad_sync.wait()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return float(loss.detach())
+
+    @torch.no_grad()
+    def evaluate(self, x, y):
+        self.model.eval()
+        share = replica_slice(x.shape[0], self.ctx.world_size, self.ctx.rank)
+        logits = self.model(x[share])
+        stats = torch.tensor([float((logits.argmax(-1) == y[share]).sum()), float(y[share].numel()),
+                              float(torch.nn.functional.cross_entropy(logits, y[share], reduction="sum"))],
+                             dtype=torch.float64, device=self.ctx.device)
+        self.comm.all_reduce(stats)
+        return EvalResult(int(stats[0]), int(stats[1]), float(stats[2]))
+
+    def resident_tensors(self):
+        yield from self.params
+        yield from optimizer_state_tensors(self.optimizer)
+
+    def state_dict_for_check(self):
+        return {k: v.detach().cpu().clone() for k, v in named_parameters(self.layers, range(len(self.layers))).items()}
