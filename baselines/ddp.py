@@ -8,7 +8,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from harness.data import replica_slice
 from harness.metrics import optimizer_state_tensors
-from harness.strategy import EvalResult, Strategy, make_optimizer, named_parameters, summed_loss
+from harness.strategy import EvalResult, Strategy, make_optimizer, summed_loss
 
 
 class DDPStrategy(Strategy):
@@ -16,7 +16,6 @@ class DDPStrategy(Strategy):
 
     def __init__(self, spec, layers, ctx, comm):
         super().__init__(spec, layers, ctx, comm)
-        self.layers = layers
         self.model = nn.Sequential(*layers).to(ctx.device)
         # DDP broadcasts rank 0's parameters at construction; all ranks built them
         # from the same seed anyway, so this is a no-op kept for safety.
@@ -56,6 +55,3 @@ class DDPStrategy(Strategy):
 
     def layout(self):
         return {"stage": 0, "replica": self.ctx.rank, "layers": [0, len(self.layers)]}
-
-    def state_dict_for_check(self):
-        return {k: v.detach().cpu() for k, v in named_parameters(self.layers, range(len(self.layers))).items()}

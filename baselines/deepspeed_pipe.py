@@ -28,7 +28,7 @@ from harness.metrics import optimizer_state_tensors
 from harness.runtime.build import check_layout, resolve_boundaries
 from harness.runtime.partition import stage_ranges
 from harness.runtime.topology import Topology
-from harness.strategy import EvalResult, Strategy, make_optimizer, named_parameters
+from harness.strategy import EvalResult, Strategy, make_optimizer
 
 _PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -104,8 +104,9 @@ class DeepSpeedPipeStrategy(Strategy):
             # here clips, so clipping would make DeepSpeed train a different model
             "gradient_clipping": 0.0,
         }
-        self.engine, self.optimizer, _, _ = deepspeed.initialize(model=module, optimizer=optimizer, config=config,
+        self.engine, _, _, _ = deepspeed.initialize(model=module, optimizer=optimizer, config=config,
                                                                  dist_init_required=False)
+        self.optimizer = self.engine.optimizer
         self.stage = self.engine.stage_id
         self.replica = self.engine.grid.get_data_parallel_rank()
         self.micro = B // (dp * m)
@@ -156,6 +157,5 @@ class DeepSpeedPipeStrategy(Strategy):
     def layout(self):
         return {"stage": self.stage, "replica": self.replica, "layers": list(self.layer_range)}
 
-    def state_dict_for_check(self):
-        lo, hi = self.layer_range
-        return {k: v.detach().cpu().clone() for k, v in named_parameters(self.layers, range(lo, hi)).items()}
+    def owned_layers(self):
+        return range(*self.layer_range)

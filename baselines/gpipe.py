@@ -24,7 +24,7 @@ from harness.metrics import optimizer_state_tensors
 from harness.models import num_layers
 from harness.runtime.build import check_layout
 from harness.runtime.partition import balanced_boundaries, check_boundaries, measure_layer_costs, stage_ranges
-from harness.strategy import EvalResult, Strategy, make_optimizer, named_parameters
+from harness.strategy import EvalResult, Strategy, make_optimizer
 
 _CHECKPOINT_MODES = ("always", "except_last", "never")
 
@@ -52,7 +52,6 @@ class GPipeStrategy(Strategy):
         super().__init__(spec, layers, ctx, comm)
         from torchgpipe import GPipe
 
-        self.layers = layers
         S = spec.strategy.stages
         if spec.strategy.boundaries is not None:
             boundaries = check_boundaries(list(spec.strategy.boundaries), len(layers), S)
@@ -112,8 +111,6 @@ class GPipeStrategy(Strategy):
     def layout(self):
         return {"stage": "all", "devices": [str(d) for d in self.devices], "boundaries": self.boundaries}
 
-    def state_dict_for_check(self):
-        return {k: v.detach().cpu().clone() for k, v in named_parameters(self.layers, range(len(self.layers))).items()}
 
 
 class _InlineQueue:

@@ -25,7 +25,7 @@ from harness.metrics import optimizer_state_tensors
 from harness.runtime.build import check_layout, resolve_boundaries
 from harness.runtime.partition import stage_ranges
 from harness.runtime.topology import Topology
-from harness.strategy import EvalResult, Strategy, make_optimizer, named_parameters
+from harness.strategy import EvalResult, Strategy, make_optimizer
 
 _SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
 
@@ -50,7 +50,6 @@ class PipeliningStrategy(Strategy):
 
     def __init__(self, spec, layers, ctx, comm):
         super().__init__(spec, layers, ctx, comm)
-        self.layers = layers
         replicas = uniform_replicas(spec)
         topo = Topology(tuple(replicas))
         S, n = topo.num_stages, replicas[0]
@@ -125,6 +124,5 @@ class PipeliningStrategy(Strategy):
     def layout(self):
         return {"stage": self.stage, "replica": self.replica, "layers": list(self.layer_range)}
 
-    def state_dict_for_check(self):
-        lo, hi = self.layer_range
-        return {k: v.detach().cpu().clone() for k, v in named_parameters(self.layers, range(lo, hi)).items()}
+    def owned_layers(self):
+        return range(*self.layer_range)

@@ -34,8 +34,10 @@ def summary_line(rec: dict, output_dir: str) -> str:
         return f"FAILED {head}: {rec.get('error')}  [{output_dir}]"
     mem = rec.get("peak_memory_bytes")
     mem_s = f"{mem / 2**20:.1f} MiB" if mem else "n/a"
-    return (f"ok {head}: {rec['throughput']:.1f} samples/s (step {rec['step_time_s'] * 1e3:.1f} ms), "
-            f"peak {mem_s}/rank, top-1 {rec['accuracy'] * 100:.1f}%, loss {rec['final_loss']:.3f}  [{output_dir}]")
+    speed = (f"{rec['throughput']:.1f} samples/s (step {rec['step_time_s'] * 1e3:.1f} ms)" if rec.get("throughput")
+             else "no timed step")
+    return (f"ok {head}: {speed}, peak {mem_s}/rank, top-1 {rec['accuracy'] * 100:.1f}%, "
+            f"loss {rec['final_loss']:.3f}  [{output_dir}]")
 
 
 # conf/ sits beside the packages (the project's fixed layout), not inside one

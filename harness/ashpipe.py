@@ -39,7 +39,7 @@ from harness.models import num_layers
 from harness.runtime import schedule as sch
 from harness.runtime.build import build_stage, check_layout
 from harness.runtime.executor import GradSync, StageExecutor
-from harness.strategy import EvalResult, Strategy, make_optimizer, named_parameters, summed_loss
+from harness.strategy import EvalResult, Strategy, make_optimizer, summed_loss
 
 
 def switch_step(spec) -> int:
@@ -70,12 +70,14 @@ class AshPipeStrategy(Strategy):
             raise ConfigError(f"the switch to the hybrid plan (step {k}) must lie within the run's {spec.steps} steps")
         if st.resume_from and not os.path.isdir(st.resume_from):
             raise ConfigError(f"strategy.resume_from={st.resume_from} is not a directory with a switch checkpoint")
+        if spec.train.checkpoint_every or spec.train.resume:
+            raise ConfigError("strategy=ashpipe keeps minibatches in flight, so train.checkpoint_every/train.resume "
+                              "do not apply; Switch Parallelism writes a switch checkpoint (strategy.resume_from)")
         if st.memory_limit is not None and st.memory_limit <= 0:
             raise ConfigError(f"strategy.memory_limit={st.memory_limit} GiB must be positive")
 
     def __init__(self, spec, layers, ctx, comm):
         super().__init__(spec, layers, ctx, comm)
-        self.layers = layers
         self.calls = 0
         self.entered = 0  # minibatches that entered the hybrid pipeline
         self.switch_at = switch_step(spec)
@@ -139,11 +141,8 @@ class AshPipeStrategy(Strategy):
         if folder is None:
             return
         os.makedirs(folder, exist_ok=True)
-        lo, hi = self.build.layer_range
-        state = {"step": self.calls, "replicas": list(self.plan.topo.replicas), "boundaries": self.build.boundaries,
-                 "layers": [lo, hi], "model": self.spec.model.name,
-                 "params": {k: v.detach().cpu() for k, v in named_parameters(self.layers, range(lo, hi)).items()},
-                 "optimizer": self.optimizer.state_dict()}
+        state = {**self.checkpoint_state(), "step": self.calls, "replicas": list(self.plan.topo.replicas),
+                 "boundaries": self.build.boundaries, "model": self.spec.model.name}
         tmp = os.path.join(folder, f".rank{self.ctx.rank}.pt.tmp")
         torch.save(state, tmp)
         os.replace(tmp, os.path.join(folder, f"rank{self.ctx.rank}.pt"))
@@ -153,15 +152,10 @@ class AshPipeStrategy(Strategy):
         if not os.path.isfile(path):
             raise ConfigError(f"no switch checkpoint for rank {self.ctx.rank} at {path}")
         state = torch.load(path, map_location=self.ctx.device)
-        lo, hi = self.build.layer_range
-        if state["layers"] != [lo, hi] or state["replicas"] != list(self.plan.topo.replicas):
-            raise ConfigError(f"{path} holds layers {state['layers']} with replicas {state['replicas']}; this job's "
-                              f"rank {self.ctx.rank} has layers {[lo, hi]} with replicas {list(self.plan.topo.replicas)}")
-        params = named_parameters(self.layers, range(lo, hi))
-        with torch.no_grad():
-            for k, v in state["params"].items():
-                params[k].copy_(v)
-        self.optimizer.load_state_dict(state["optimizer"])
+        if state["replicas"] != list(self.plan.topo.replicas):
+            raise ConfigError(f"{path} was written with replicas {state['replicas']}; this job has "
+                              f"{list(self.plan.topo.replicas)}: pass strategy.replicas={state['replicas']}")
+        self.load_checkpoint_state(state)
         self.calls = state["step"]
 
     def start_step(self) -> int:
@@ -220,11 +214,8 @@ class AshPipeStrategy(Strategy):
     def extra_metrics(self):
         return {"plan": self.plan_report} if self.plan_report and self.ctx.rank == 0 else {}
 
-    def state_dict_for_check(self):
-        if self._dp is not None:
-            return self._dp.state_dict_for_check()
-        lo, hi = self.build.layer_range
-        return {k: v.detach().cpu().clone() for k, v in named_parameters(self.layers, range(lo, hi)).items()}
+    def owned_layers(self):
+        return range(len(self.layers)) if self._dp is not None else range(*self.build.layer_range)
 
 
 class _PlainDataParallel:
@@ -274,6 +265,3 @@ class _PlainDataParallel:
     def resident_tensors(self):
         yield from self.params
         yield from optimizer_state_tensors(self.optimizer)
-
-    def state_dict_for_check(self):
-        return {k: v.detach().cpu().clone() for k, v in named_parameters(self.layers, range(len(self.layers))).items()}

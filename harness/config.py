@@ -103,8 +103,12 @@ class TrainConfig:
     eval_samples: int = 0
     # accuracy that defines time-to-accuracy in the record
     target_accuracy: float = 0.05
-    # measure live training bytes with the allocator profiler for one extra step (CPU)
+    # measure live training bytes with the allocator profiler during the last step (CPU)
     measure_memory: bool = True
+    # save every rank's parameters and optimizer state every N steps and at the end (0: never)
+    checkpoint_every: int = 0
+    # continue from a checkpoint: a run directory (its latest checkpoint) or a checkpoints/step<N> folder
+    resume: Optional[str] = None
 
 
 @dataclass
@@ -118,6 +122,10 @@ class LaunchConfig:
     # torch intra-op threads per worker (0: cores / workers, at least 1)
     threads_per_worker: int = 0
     backend: str = "auto"  # auto | gloo | nccl
+    # fault injection, to test failure handling on a cluster: none | raise | exit | hang
+    fault: str = "none"
+    fault_rank: int = 1
+    fault_step: int = 2
 
 
 @dataclass

@@ -19,7 +19,7 @@ from harness.metrics import optimizer_state_tensors
 from harness.runtime import schedule as sch
 from harness.runtime.build import build_stage, check_layout
 from harness.runtime.executor import GradSync, StageExecutor
-from harness.strategy import EvalResult, Strategy, make_optimizer, named_parameters
+from harness.strategy import EvalResult, Strategy, make_optimizer
 
 import torch
 
@@ -41,7 +41,6 @@ class PipelineStrategy(Strategy):
 
     def __init__(self, spec, layers, ctx, comm, replicas: list[int]):
         super().__init__(spec, layers, ctx, comm)
-        self.layers = layers
         self.build = build_stage(spec, layers, ctx, comm, replicas)
         self.plan = self.build.plan
         self.params = list(self.build.module.parameters())
@@ -90,9 +89,8 @@ class PipelineStrategy(Strategy):
                 "boundaries": self.build.boundaries, "recompute": sorted(self.build.recompute),
                 "replicas": list(self.plan.topo.replicas)}
 
-    def state_dict_for_check(self):
-        lo, hi = self.build.layer_range
-        return {k: v.detach().cpu().clone() for k, v in named_parameters(self.layers, range(lo, hi)).items()}
+    def owned_layers(self):
+        return range(*self.build.layer_range)
 
 
 class HippieStrategy(PipelineStrategy):

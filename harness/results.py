@@ -22,7 +22,8 @@ from harness.record import RECORD_FILE, read
 
 GROUP_KEYS = ["model", "data", "world_size", "global_batch"]
 _COLUMNS = ["strategy", "model", "data", "world_size", "global_batch", "micro_batches", "status", "throughput",
-            "step_time_s", "speedup", "peak_memory_bytes", "me", "accuracy", "final_loss", "error", "path"]
+            "step_time_s", "speedup", "peak_memory_bytes", "me", "accuracy", "final_loss", "time_to_target_s",
+            "error", "path"]
 
 
 def find_records(sources: list[str]) -> list[str]:
@@ -92,6 +93,7 @@ def presentable(df: pd.DataFrame) -> pd.DataFrame:
         "ME": df["me"].astype(float).round(3),
         "top-1 %": (df["accuracy"].astype(float) * 100).round(2),
         "final loss": df["final_loss"].astype(float).round(4),
+        "s to target": df["time_to_target_s"].astype(float).round(1),
         "note": df.get("note", ""),
     })
     return out
@@ -106,6 +108,10 @@ def render(df: pd.DataFrame, fmt: str) -> str:
     if fmt == "latex":
         return table.to_latex(index=False, na_rep="--", float_format="%.3g")
     raise ValueError(f"unknown format {fmt}; use md, csv or latex")
+
+
+# failed runs of the last sweep this process ran (read by harness/__main__ for the exit code)
+SWEEP_FAILURES: list[int] = []
 
 
 class SweepTableCallback(Callback):
@@ -125,6 +131,7 @@ class SweepTableCallback(Callback):
             f.write(table + "\n")
         comparison(df).to_csv(os.path.join(sweep_dir, "results.csv"), index=False)
         self.failed = int((df["status"] != "ok").sum())
+        SWEEP_FAILURES.append(self.failed)
         print(f"\nResults of {len(df)} run(s) in {sweep_dir} (speedup and ME against DP with the same workers):\n")
         print(table)
         if self.failed:

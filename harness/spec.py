@@ -57,6 +57,20 @@ class RunSpec:
         }
 
 
+def checkpoint_folder(path: str) -> str:
+    """The ``checkpoints/step<N>`` folder that ``train.resume=path`` means."""
+    import os
+
+    latest = os.path.join(path, "checkpoints", "latest")
+    if os.path.isfile(latest):
+        with open(latest) as f:
+            return os.path.join(path, "checkpoints", f.read().strip())
+    if os.path.isfile(os.path.join(path, "rank0.pt")):
+        return path
+    raise ConfigError(f"train.resume={path} holds no checkpoint (no checkpoints/latest, no rank0.pt); "
+                      "point it at a run directory written with train.checkpoint_every>0")
+
+
 def _positive(name: str, value, minimum: int = 1) -> None:
     if value is None or value < minimum:
         raise ConfigError(f"{name}={value} must be at least {minimum}")
@@ -119,6 +133,12 @@ def build_spec(cfg: DictConfig | RunConfig) -> RunSpec:
             + (" and the memory step" if t.measure_memory else "")
             + f"; use train.steps>={t.warmup_steps + 1 + int(t.measure_memory)} or lower train.warmup_steps"
         )
+    if launch.fault not in ("none", "raise", "exit", "hang"):
+        raise ConfigError(f"launch.fault={launch.fault} is not one of none, raise, exit, hang")
+    if t.checkpoint_every < 0:
+        raise ConfigError(f"train.checkpoint_every={t.checkpoint_every} must be 0 (off) or a number of steps")
+    if t.resume is not None:
+        checkpoint_folder(t.resume)  # refuses a path without a checkpoint
     data_mod.check_available(rc.data)
     strategy_class(rc.strategy.name).check(spec)
     return spec

@@ -50,6 +50,7 @@ class Strategy(ABC):
 
     def __init__(self, spec: "RunSpec", layers: list[nn.Module], ctx: "DistContext", comm: "Comm"):
         self.spec, self.ctx, self.comm = spec, ctx, comm
+        self.layers = layers
         # per train_step: where this rank's time went ({compute_s, comm_s, idle_s, events});
         # strategies that cannot split their time leave it empty
         self.step_stats: list[dict] = []
@@ -101,9 +102,29 @@ class Strategy(ABC):
         """What this rank runs (stage, replica, layers), for the record."""
         return {}
 
+    def owned_layers(self) -> range:
+        """Indices of the layers whose parameters this rank holds (all, unless a pipeline stage)."""
+        return range(len(self.layers))
+
     def state_dict_for_check(self) -> dict[str, torch.Tensor]:
-        """This rank's parameters keyed by their name in the full layer list (for tests)."""
-        raise NotImplementedError
+        """Copies of this rank's parameters keyed by their name in the full layer list."""
+        return {k: v.detach().cpu().clone() for k, v in named_parameters(self.layers, self.owned_layers()).items()}
+
+    def checkpoint_state(self) -> dict:
+        """What this rank needs to continue training exactly: its parameters and optimizer state."""
+        return {"layers": list(self.owned_layers()), "params": self.state_dict_for_check(),
+                "optimizer": self.optimizer.state_dict()}
+
+    def load_checkpoint_state(self, state: dict) -> None:
+        if state["layers"] != list(self.owned_layers()):
+            raise ConfigError(f"the checkpoint holds layers {state['layers'][0]}..{state['layers'][-1]} but this rank "
+                              f"owns {self.owned_layers().start}..{self.owned_layers().stop - 1}; resume with the same "
+                              "strategy, world size and stage boundaries")
+        params = named_parameters(self.layers, self.owned_layers())
+        with torch.no_grad():
+            for k, v in state["params"].items():
+                params[k].copy_(v)
+        self.optimizer.load_state_dict(state["optimizer"])
 
 
 def make_optimizer(params: Iterable[nn.Parameter], spec: "RunSpec") -> torch.optim.Optimizer:

@@ -8,10 +8,8 @@ fields come from the config and the measurements.
 
 from __future__ import annotations
 
-import logging
 import os
-
-log = logging.getLogger(__name__)
+import sys
 
 _SCALARS = (int, float, str, bool, type(None))
 
@@ -40,6 +38,7 @@ def mirror(record: dict, output_dir: str, mode: str, project: str, entity: str |
         finally:
             run.finish(exit_code=0 if record.get("status") == "ok" else 1)
     except Exception as e:  # the local record must survive any wandb problem
-        log.warning("wandb mirror failed (%s: %s); the local record %s is unaffected",
-                    type(e).__name__, e, os.path.join(output_dir, "metrics.json"))
+        first_line = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        print(f"warning: wandb mirror failed ({type(e).__name__}: {first_line}); the local record "
+              f"{os.path.join(output_dir, 'metrics.json')} is unaffected", file=sys.stderr, flush=True)
         return None

@@ -50,7 +50,10 @@ def train(spec: RunSpec, ctx: comm_mod.DistContext, progress: bool = True) -> di
     reached_target_s = None
 
     first_step = strategy.start_step()
+    if t.resume:
+        first_step = _resume(strategy, t.resume, ctx)
     for step in range(first_step, steps):
+        _inject_fault(spec, ctx.rank, step)
         x, y = dataset.train.batch(order.indices(step))
         x, y = x.to(ctx.device, non_blocking=True), y.to(ctx.device, non_blocking=True)
         if step == memory_step:
@@ -68,6 +71,8 @@ def train(spec: RunSpec, ctx: comm_mod.DistContext, progress: bool = True) -> di
                 timed.append(step)
         loss_shares.append(float(loss))
         bar.update(dt)
+        if t.checkpoint_every and ((step + 1) % t.checkpoint_every == 0 or step + 1 == steps):
+            _save_checkpoint(strategy, spec, comm, step + 1)
         if t.eval_every and (step + 1) % t.eval_every == 0 and step + 1 < steps:
             point = _evaluate(strategy, dataset, spec, ctx)
             point.update(step=step + 1, elapsed_s=time.perf_counter() - train_start)
@@ -121,6 +126,45 @@ def train(spec: RunSpec, ctx: comm_mod.DistContext, progress: bool = True) -> di
         "parameters": n_params,
         "per_rank": gathered,
     }
+
+
+def _inject_fault(spec: RunSpec, rank: int, step: int) -> None:
+    """launch.fault: make one rank fail on purpose, to see the job end cleanly."""
+    launch = spec.launch
+    if launch.fault == "none" or rank != launch.fault_rank or step != launch.fault_step:
+        return
+    if launch.fault == "raise":
+        raise RuntimeError(f"injected fault on rank {rank} at step {step} (launch.fault=raise)")
+    if launch.fault == "exit":
+        os._exit(3)
+    if launch.fault == "hang":
+        time.sleep(10**6)
+
+
+def _save_checkpoint(strategy, spec: RunSpec, comm, step: int) -> None:
+    """Every rank writes its own file atomically; rank 0 then points ``latest`` at the folder."""
+    folder = os.path.join(spec.output_dir, "checkpoints", f"step{step}")
+    os.makedirs(folder, exist_ok=True)
+    state = {**strategy.checkpoint_state(), "step": step, "strategy": spec.strategy.name,
+             "world_size": spec.world_size}
+    tmp = os.path.join(folder, f".rank{comm.ctx.rank}.pt.tmp")
+    torch.save(state, tmp)
+    os.replace(tmp, os.path.join(folder, f"rank{comm.ctx.rank}.pt"))
+    comm.barrier()
+    if comm.ctx.is_main:
+        latest = os.path.join(spec.output_dir, "checkpoints", "latest")
+        with open(latest + ".tmp", "w") as f:
+            f.write(f"step{step}\n")
+        os.replace(latest + ".tmp", latest)
+
+
+def _resume(strategy, path: str, ctx) -> int:
+    from harness.spec import checkpoint_folder
+
+    folder = checkpoint_folder(path)
+    state = torch.load(os.path.join(folder, f"rank{ctx.rank}.pt"), map_location=ctx.device)
+    strategy.load_checkpoint_state(state)
+    return int(state["step"])
 
 
 def _time_split(step_stats: list[dict], timed: list[int]) -> dict:

@@ -33,9 +33,12 @@ def _weights(module: nn.Module, version: dict[str, torch.Tensor]):
     return _reparametrize_module(module, version)
 
 
-def _tag(micro: int, grad: bool) -> int:
+_EVAL_TAGS = 1 << 22  # evaluation messages never share a tag with training ones
+
+
+def _tag(micro: int, grad: bool, base: int = 0) -> int:
     """Message tag: activations even, gradients odd; bounded for long asynchronous runs."""
-    return 2 * (micro % (1 << 20)) + int(grad)
+    return base + 2 * (micro % (1 << 20)) + int(grad)
 
 
 class StageModule(nn.Module):
@@ -173,6 +176,7 @@ class StageExecutor:
         # weight stashing (asynchronous schedules): a forward runs on a copy of the
         # weights it saw, kept until its backward, while STEPs update the master weights
         self.stash_weights = stash_weights
+        self._tag_base = 0
         self._stash: dict[int, dict[str, torch.Tensor]] = {}
         # what autograd saved for each minibatch in flight (weak references: measuring must not keep it alive)
         self._saved: dict[int, list[weakref.ref]] = {}
@@ -204,6 +208,8 @@ class StageExecutor:
         complete and nothing in flight. ``flush=False`` (asynchronous schedules)
         keeps minibatches in flight, and their sends, for the next call.
         """
+        if not training:
+            return self._evaluate(actions, x, y)
         if x is not None:
             self._x, self._y, self._batch = x, y, x.shape[0]
         self._training = training
@@ -231,6 +237,29 @@ class StageExecutor:
 
     def drain_sends(self) -> None:
         self._wait_sends()
+
+    def _evaluate(self, actions: list[sch.Action], x: torch.Tensor, y: torch.Tensor) -> StageRun:
+        """A forward-only pass that leaves an asynchronous pipeline's in-flight state alone.
+
+        Evaluating in the middle of an AshPipe run uses each stage's current
+        weights; training minibatches in flight, and their messages (which use
+        other tags), are untouched and resume afterwards.
+        """
+        training_state = (self._inputs, self._outputs, self._losses, self._grads, self._sends,
+                          getattr(self, "_x", None), getattr(self, "_y", None), getattr(self, "_batch", None))
+        self._reset_state()
+        self._x, self._y, self._batch, self._training, self._tag_base = x, y, x.shape[0], False, _EVAL_TAGS
+        self._run = StageRun()
+        try:
+            with torch.no_grad():
+                for action in actions:
+                    getattr(self, "_" + action.op)(action)
+            self._wait_sends()
+            return self._run
+        finally:
+            (self._inputs, self._outputs, self._losses, self._grads, self._sends,
+             self._x, self._y, self._batch) = training_state
+            self._training, self._tag_base = True, 0
 
     # -- helpers -------------------------------------------------------------
     def _range(self, micro: int) -> tuple[int, int]:
@@ -268,7 +297,7 @@ class StageExecutor:
     # -- actions -------------------------------------------------------------
     def _RECV_F(self, a: sch.Action) -> None:
         shape = self.plan.boundary_shapes[self.plan.stage]
-        buf = self._receive(a.micro, shape, self._pieces(a.micro, towards_next=False), "src", tag=_tag(a.micro, grad=False))
+        buf = self._receive(a.micro, shape, self._pieces(a.micro, towards_next=False), "src", tag=_tag(a.micro, grad=False, base=self._tag_base))
         self._inputs[a.micro] = buf.requires_grad_(self._training)
 
     def _F(self, a: sch.Action) -> None:
@@ -310,7 +339,7 @@ class StageExecutor:
 
     def _SEND_F(self, a: sch.Action) -> None:
         out = self._outputs[a.micro]
-        self._send(out.detach(), a.micro, self._pieces(a.micro, towards_next=True), "dst", tag=_tag(a.micro, grad=False))
+        self._send(out.detach(), a.micro, self._pieces(a.micro, towards_next=True), "dst", tag=_tag(a.micro, grad=False, base=self._tag_base))
         if not self._training:
             self._outputs.pop(a.micro)
             self._inputs.pop(a.micro, None)
@@ -318,7 +347,7 @@ class StageExecutor:
     def _RECV_B(self, a: sch.Action) -> None:
         shape = self.plan.boundary_shapes[self.plan.stage + 1]
         self._grads[a.micro] = self._receive(a.micro, shape, self._pieces(a.micro, towards_next=True), "dst",
-                                             tag=_tag(a.micro, grad=True))
+                                             tag=_tag(a.micro, grad=True, base=self._tag_base))
 
     def _B(self, a: sch.Action) -> None:
         if a.reduce and self.grad_sync is not None:
@@ -337,7 +366,7 @@ class StageExecutor:
 
     def _SEND_B(self, a: sch.Action) -> None:
         inp = self._inputs.pop(a.micro)
-        self._send(inp.grad, a.micro, self._pieces(a.micro, towards_next=False), "src", tag=_tag(a.micro, grad=True))
+        self._send(inp.grad, a.micro, self._pieces(a.micro, towards_next=False), "src", tag=_tag(a.micro, grad=True, base=self._tag_base))
 
     def _STEP(self, a: sch.Action) -> None:
         if self.grad_sync is not None:
