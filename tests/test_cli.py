@@ -87,3 +87,41 @@ def test_invalid_config_is_refused_in_one_line_before_any_worker(workdir, overri
 def test_results_command_without_records_says_so(workdir):
     proc = run_cli([workdir], cwd=workdir, module="harness.results")
     assert proc.returncode == 2 and "no metrics.json" in proc.stderr
+
+
+@pytest.mark.parametrize("overrides,message", [
+    (["strategy=hippie", "strategy.stages=9", "world_size=9"], "exceeds the 6 layers"),
+    (["strategy=ashpipe", "strategy.replicas=[2,2]", "world_size=3", "train.micro_batches=1"], "sums to 4"),
+    (["strategy=hippie", "world_size=3"], "not divisible by strategy.stages=2"),
+    (["strategy=pipelining", "world_size=2", "train.global_batch=10", "train.micro_batches=4"], "divisible"),
+    (["strategy=hippie", "world_size=4", "train.global_batch=6", "train.micro_batches=6"],
+     "fewer than the 2 replicas"),
+    (["train.micro_batches=0"], "must be at least 1"),
+    (["strategy=ashpipe", "world_size=2", "train.micro_batches=4"], "train.micro_batches=1"),
+    (["strategy=ashpipe", "world_size=2", "train.micro_batches=1", "train.checkpoint_every=5"], "in flight"),
+    (["strategy=gpipe", "world_size=2", "strategy.stages=3"], "must equal world_size"),
+    (["train.resume=/nonexistent/run"], "holds no checkpoint"),
+    (["launch.fault=maybe"], "launch.fault"),
+])
+def test_layouts_that_cannot_run_are_refused_before_any_worker(workdir, overrides, message):
+    run_dir = os.path.join(workdir, "run")
+    proc = run_cli([*overrides, "logger.mode=disabled", f"hydra.run.dir={run_dir}"], cwd=workdir, timeout=60)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and message in errors[0], proc.stderr
+
+
+@pytest.mark.parametrize("override", ["model=vit_nope", "strategy=nope", "data=imagenet"])
+def test_unknown_model_strategy_or_data_is_refused_by_hydra(workdir, override):
+    proc = run_cli([override, f"hydra.run.dir={workdir}/run"], cwd=workdir, timeout=60)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert "Could not find" in proc.stderr and override.split("=")[1] in proc.stderr
+
+
+def test_a_memory_limit_no_plan_meets_fails_with_one_line(workdir):
+    run_dir = os.path.join(workdir, "run")
+    proc = run_cli(["strategy=ashpipe", "world_size=2", *TINY, "train.micro_batches=1", "strategy.memory_limit=0.0001",
+                    f"hydra.run.dir={run_dir}"], cwd=workdir, timeout=120)
+    assert proc.returncode == 1
+    rec = _record(run_dir)
+    assert rec["status"] == "failed" and "no AshPipe plan fits strategy.memory_limit" in rec["error"]
