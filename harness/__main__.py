@@ -1,5 +1,6 @@
 """``python -m harness [overrides]``: with no overrides, the reduced-size comparison sweep."""
 
+import os
 import sys
 
 from harness.app import main
@@ -7,6 +8,9 @@ from harness.app import main
 if __name__ == "__main__":
     if len(sys.argv) == 1:
         sys.argv.append("experiment=ci")
+    if os.environ.get("RANK", "0") != "0" or os.environ.get("SLURM_PROCID", "0") != "0":
+        # one rank of a torchrun/Slurm job: rank 0 alone writes the run directory
+        sys.argv += ["hydra.output_subdir=null", "hydra/job_logging=none", "hydra/hydra_logging=none"]
     main()
     from harness.results import SWEEP_FAILURES
 

@@ -144,13 +144,25 @@ class Pending:
 
 
 def env_rank_info() -> tuple[int, int, int] | None:
-    """(rank, world_size, local_rank) when this process was started by torchrun or Slurm.
+    """(rank, world_size, local_rank) when a launcher started this process as one rank.
 
-    torchrun sets RANK/WORLD_SIZE/LOCAL_RANK; under Slurm we read SLURM_PROCID,
-    SLURM_NTASKS and SLURM_LOCALID (submitit's TorchDistributedEnvironment
-    exports the same). MASTER_ADDR/MASTER_PORT must be set by the launcher.
+    - torchrun (or anything that sets RANK, WORLD_SIZE and MASTER_ADDR);
+    - a Slurm job with several tasks (``srun``, or hydra-submitit-launcher with
+      ``tasks_per_node`` > 1): submitit's TorchDistributedEnvironment derives
+      RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR (the first node of the job) and
+      MASTER_PORT (from the job id, unless set) from Slurm's variables and
+      exports them. CUDA_VISIBLE_DEVICES is left alone: rank r uses cuda:LOCAL_RANK.
+    None means this process is the whole job and spawns its own workers.
     """
     env = os.environ
     if "RANK" in env and "WORLD_SIZE" in env and "MASTER_ADDR" in env:
         return int(env["RANK"]), int(env["WORLD_SIZE"]), int(env.get("LOCAL_RANK", 0))
+    if "SLURM_PROCID" in env and int(env.get("SLURM_NTASKS", "1")) > 1:
+        from submitit.helpers import TorchDistributedEnvironment
+
+        # submitit's own sbatch script sets this; under a plain srun we read Slurm's variables the same way
+        os.environ.setdefault("SUBMITIT_EXECUTOR", "slurm")
+        dist_env = TorchDistributedEnvironment().export(set_cuda_visible_devices=False, overwrite=True)
+        os.environ["LOCAL_WORLD_SIZE"] = str(dist_env.local_world_size)
+        return dist_env.rank, dist_env.world_size, dist_env.local_rank
     return None
