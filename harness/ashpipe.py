@@ -55,11 +55,6 @@ class AshPipeStrategy(Strategy):
 
     @classmethod
     def check(cls, spec) -> None:
-        if spec.train.micro_batches != 1:
-            raise ConfigError(
-                f"strategy=ashpipe moves one whole minibatch at a time; set train.micro_batches=1 "
-                f"(got {spec.train.micro_batches})"
-            )
         st = spec.strategy
         if st.replicas is not None:
             check_layout(spec, list(st.replicas))

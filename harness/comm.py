@@ -91,10 +91,11 @@ class Comm:
 
     # point to point -------------------------------------------------------
     def isend(self, tensor: torch.Tensor, dst: int, tag: int = 0) -> "Pending":
-        return Pending(dist.isend(tensor, dst=dst, tag=tag), f"send to rank {dst} (tag {tag})", self.timeout)
+        return Pending(dist.isend(tensor, dst=dst, tag=tag), f"send to rank {dst} (tag {tag})", self.timeout, tensor)
 
     def irecv(self, tensor: torch.Tensor, src: int, tag: int = 0) -> "Pending":
-        return Pending(dist.irecv(tensor, src=src, tag=tag), f"receive from rank {src} (tag {tag})", self.timeout)
+        return Pending(dist.irecv(tensor, src=src, tag=tag), f"receive from rank {src} (tag {tag})", self.timeout,
+                       tensor)
 
     # collectives --------------------------------------------------------
     def all_reduce_async(self, tensor: torch.Tensor, group=None) -> "Pending":
@@ -131,10 +132,16 @@ class Comm:
 
 
 class Pending:
-    """An in-flight operation; :meth:`wait` enforces the timeout and names the peer."""
+    """An in-flight operation; :meth:`wait` enforces the timeout and names the peer.
 
-    def __init__(self, work: dist.Work, what: str, timeout: timedelta):
-        self.work, self.what, self.timeout = work, what, timeout
+    It holds the tensor being sent or received: the transport reads or writes
+    that memory until the operation completes, so the caller dropping its own
+    reference (an asynchronous pipeline frees a micro-batch's input right after
+    sending its gradient) must not free it.
+    """
+
+    def __init__(self, work: dist.Work, what: str, timeout: timedelta, tensor: torch.Tensor | None = None):
+        self.work, self.what, self.timeout, self.tensor = work, what, timeout, tensor
 
     def wait(self) -> None:
         _wait(self.work, self.what, self.timeout)

@@ -8,6 +8,7 @@ line says what is wrong and how to fix it.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 import torch
@@ -122,6 +123,11 @@ def build_spec(cfg: DictConfig | RunConfig) -> RunSpec:
         if rc.world_size > gpus and "WORLD_SIZE" not in __import__("os").environ:
             raise ConfigError(f"world_size={rc.world_size} needs one GPU per worker but {gpus} are visible; lower world_size")
 
+    if rc.strategy.name == "ashpipe" and t.micro_batches != 1:
+        # AshPipe moves whole minibatches; a sweep may share micro_batches with the synchronous pipelines
+        print(f"note: strategy=ashpipe moves whole minibatches; train.micro_batches={t.micro_batches} does not apply "
+              "(recorded as 1)", file=sys.stderr)
+        t.micro_batches = 1
     spec = RunSpec(
         model=rc.model, data=rc.data, strategy=rc.strategy, train=t, launch=launch, logger=rc.logger,
         world_size=rc.world_size, seed=rc.seed, tag=rc.tag, steps=steps, device=device,

@@ -34,6 +34,8 @@ def mirror(record: dict, output_dir: str, mode: str, project: str, entity: str |
                 run.log({"test/accuracy": point["accuracy"], "test/loss": point["loss"]}, step=point["step"])
             run.summary.update({k: v for k, v in record.items() if isinstance(v, _SCALARS)})
             run.summary["peak_memory_per_rank"] = record.get("peak_memory_per_rank")
+            # the whole record travels with the run, so `python -m harness.results` can read a wandb folder
+            run.save(os.path.join(output_dir, "metrics.json"), base_path=output_dir, policy="now")
             return run.dir
         finally:
             run.finish(exit_code=0 if record.get("status") == "ok" else 1)

@@ -1,0 +1,130 @@
+"""Paper figures from run records (matplotlib, written as PNG and PDF).
+
+- throughput against world size, one line per strategy;
+- peak memory per rank (stage), one group of bars per strategy;
+- accuracy and loss curves of every run;
+- a per-rank pipeline timeline (Gantt chart of forward, backward,
+  communication and idle) from the events a run recorded for its last timed step.
+"""
+
+from __future__ import annotations
+
+import os
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+_COLORS = {"F": "#4C72B0", "B": "#DD8452", "STEP": "#55A868", "RECV": "#C7C7C7", "SEND": "#8172B3"}
+
+
+def _save(fig, out_dir: str, name: str) -> list[str]:
+    os.makedirs(out_dir, exist_ok=True)
+    paths = []
+    for ext in ("png", "pdf"):
+        path = os.path.join(out_dir, f"{name}.{ext}")
+        fig.savefig(path, bbox_inches="tight", dpi=150)
+        paths.append(path)
+    plt.close(fig)
+    return paths
+
+
+def throughput_vs_workers(records: list[dict], out_dir: str) -> list[str]:
+    ok = [r for r in records if r.get("status") == "ok" and r.get("throughput")]
+    if not ok:
+        return []
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    for strategy in sorted({r["strategy"] for r in ok}):
+        points = sorted((r["world_size"], r["throughput"]) for r in ok if r["strategy"] == strategy)
+        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=strategy)
+    ax.set_xlabel("workers")
+    ax.set_ylabel("throughput (samples/s)")
+    ax.set_xticks(sorted({r["world_size"] for r in ok}))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _save(fig, out_dir, "throughput_vs_workers")
+
+
+def memory_per_rank(records: list[dict], out_dir: str) -> list[str]:
+    ok = [r for r in records if r.get("status") == "ok" and r.get("peak_memory_per_rank")]
+    if not ok:
+        return []
+    fig, ax = plt.subplots(figsize=(max(5, 0.9 * len(ok)), 3.5))
+    width = 0.8
+    for i, r in enumerate(ok):
+        peaks = [p or 0 for p in r["peak_memory_per_rank"]]
+        n = len(peaks)
+        for k, p in enumerate(peaks):
+            ax.bar(i - width / 2 + (k + 0.5) * width / n, p / 2**20, width / n, color=f"C{k % 10}",
+                   label=f"rank {k}" if i == 0 or k >= len(ok[0]["peak_memory_per_rank"]) else None)
+    ax.set_xticks(range(len(ok)))
+    ax.set_xticklabels([f"{r['strategy']}\nw={r['world_size']}" for r in ok], fontsize=8)
+    ax.set_ylabel("peak live memory (MiB)")
+    ax.legend(fontsize=7, ncol=2)
+    ax.grid(axis="y", alpha=0.3)
+    return _save(fig, out_dir, "memory_per_rank")
+
+
+def curves(records: list[dict], out_dir: str) -> list[str]:
+    ok = [r for r in records if r.get("status") == "ok" and r.get("loss_curve")]
+    if not ok:
+        return []
+    fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(10, 3.5))
+    for r in ok:
+        label = f"{r['strategy']} w={r['world_size']}"
+        steps, losses = zip(*r["loss_curve"])
+        ax_loss.plot(steps, losses, label=label, lw=1)
+        acc = r.get("accuracy_curve") or []
+        if acc:
+            ax_acc.plot([p["step"] for p in acc], [100 * p["accuracy"] for p in acc], marker=".", label=label)
+    ax_loss.set_xlabel("step")
+    ax_loss.set_ylabel("training loss")
+    ax_acc.set_xlabel("step")
+    ax_acc.set_ylabel("test top-1 (%)")
+    for ax in (ax_loss, ax_acc):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    return _save(fig, out_dir, "curves")
+
+
+def _kind(label: str) -> str:
+    for prefix in ("RECV", "SEND", "STEP", "F", "B"):
+        if label.startswith(prefix):
+            return prefix
+    return "STEP"
+
+
+def timeline(record: dict, out_dir: str, name: str | None = None) -> list[str]:
+    """Gantt chart of the last timed step of every rank (runs that recorded events)."""
+    ranks = [r for r in record.get("per_rank", []) if r.get("events")]
+    if not ranks:
+        return []
+    fig, ax = plt.subplots(figsize=(9, 0.6 * len(ranks) + 1.4))
+    # event times are CLOCK_MONOTONIC seconds, shared by the ranks of one machine
+    origin = min(start for r in ranks for _, start, _ in r["events"])
+    for row, r in enumerate(ranks):
+        for label, start, end in r["events"]:
+            start, end = start - origin, end - origin
+            kind = _kind(label)
+            ax.barh(row, max(end - start, 1e-5) * 1e3, left=start * 1e3, color=_COLORS[kind], edgecolor="white", lw=0.3)
+            if kind in ("F", "B") and end - start > 0.004:
+                ax.text((start + end) / 2 * 1e3, row, label.rstrip("*"), ha="center", va="center", fontsize=6)
+    ax.set_yticks(range(len(ranks)))
+    ax.set_yticklabels([f"rank {r['rank']} (stage {r.get('layout', {}).get('stage', '?')})" for r in ranks], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("time in the step (ms)")
+    ax.set_title(f"{record.get('strategy')} w={record.get('world_size')}: forward, backward, optimizer, "
+                 f"waiting (grey), sends", fontsize=9)
+    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in _COLORS.values()]
+    ax.legend(handles, ["forward", "backward", "optimizer step", "receive / idle", "send"], fontsize=7,
+              loc="upper center", bbox_to_anchor=(0.5, -0.35), ncol=5, frameon=False)
+    return _save(fig, out_dir, name or f"timeline_{record.get('strategy')}_w{record.get('world_size')}")
+
+
+def all_figures(records: list[dict], out_dir: str) -> list[str]:
+    paths = throughput_vs_workers(records, out_dir) + memory_per_rank(records, out_dir) + curves(records, out_dir)
+    for r in records:
+        if r.get("status") == "ok":
+            paths += timeline(r, out_dir)
+    return paths
