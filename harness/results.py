@@ -146,6 +146,7 @@ def presentable(df: pd.DataFrame) -> pd.DataFrame:
         "workers": df["world_size"],
         "batch": df["global_batch"],
         "micro": df["micro_batches"],
+        "seed": df["seed"],
         "status": df["status"],
         "samples/s": df["throughput"].astype(float).round(1),
         "speedup": df["speedup"].astype(float).round(3),
@@ -196,8 +197,8 @@ def _latex(table: pd.DataFrame) -> str:
 
 def render(df: pd.DataFrame, fmt: str) -> str:
     table = presentable(comparison(df))
-    repeated = table.duplicated(["strategy", "model", "data", "workers", "batch", "micro"], keep=False).any()
-    if repeated:
+    keys = ["strategy", "model", "data", "workers", "batch", "micro"]
+    if (table.groupby(keys, dropna=False)["seed"].nunique() > 1).any():  # the same runs under several seeds
         table = aggregated(table)
     if fmt == "md":
         return table.astype(object).where(table.notna(), None).to_markdown(index=False, floatfmt="g", missingval="–")
