@@ -137,6 +137,32 @@ class LoggerConfig:
 
 
 @dataclass
+class ClusterConfig:
+    """A cluster for the simulator (harness.simulator.Cluster); presets in conf/cluster/."""
+
+    name: str = "local_cpu"
+    devices_per_node: int = 2
+    nodes: int = 1
+    compute_scale: float = 1.0
+    intra_node_gbps: float = 2.8
+    inter_node_gbps: float = 2.8
+    latency_us: float = 60.0
+    inter_latency_us: float = 60.0
+    memory_gib: float = 24.0
+    optimizer_s_per_byte: float = 0.0
+    # use the bandwidth and latency measured into the profile (simulating the profiled machine itself)
+    use_profile_network: bool = False
+
+
+@dataclass
+class SimConfig:
+    # profile JSON written by python -m harness.profile (None: measure on this machine first)
+    profile: Optional[str] = None
+    # where python -m harness.profile writes (None: profiles/<model>-<device>.json)
+    out: Optional[str] = None
+
+
+@dataclass
 class RunConfig:
     model: ModelConfig = MISSING
     data: DataConfig = MISSING
@@ -144,6 +170,8 @@ class RunConfig:
     logger: LoggerConfig = MISSING
     train: TrainConfig = field(default_factory=TrainConfig)
     launch: LaunchConfig = field(default_factory=LaunchConfig)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    sim: SimConfig = field(default_factory=SimConfig)
     world_size: int = 1
     seed: int = 0
     # free-form tag recorded with the run (e.g. the experiment name)
@@ -157,3 +185,4 @@ def register_configs() -> None:
     cs.store(group="data", name="data_schema", node=DataConfig)
     cs.store(group="strategy", name="strategy_schema", node=StrategyConfig)
     cs.store(group="logger", name="logger_schema", node=LoggerConfig)
+    cs.store(group="cluster", name="cluster_schema", node=ClusterConfig)

@@ -70,6 +70,9 @@ class Profile:
     batch: int  # samples per measurement
     optimizer_state_per_param_byte: float = 2.0  # AdamW keeps two moments
     meta: dict = field(default_factory=dict)
+    # measured whole training step (forward, loss, backward, optimizer) over the sum of the
+    # isolated layer times at the same batch: what layer-by-layer timing leaves out
+    step_factor: float = 1.0
     version: int = PROFILE_VERSION
 
     def to_json(self) -> str:
@@ -83,7 +86,7 @@ class Profile:
         return Profile(layers=[LayerProfile(**l) for l in d["layers"]], network=Network(**d["network"]),
                        device=d["device"], batch=d["batch"],
                        optimizer_state_per_param_byte=d.get("optimizer_state_per_param_byte", 2.0),
-                       meta=d.get("meta", {}))
+                       meta=d.get("meta", {}), step_factor=d.get("step_factor", 1.0))
 
 
 @dataclass
@@ -258,7 +261,7 @@ def _saved_bytes(fn) -> tuple[object, int]:
     return out, sum(saved.values())
 
 
-def profile_layers(layers: list[nn.Module], sample: torch.Tensor, repeats: int = 3) -> list[LayerProfile]:
+def profile_layers(layers: list[nn.Module], sample: torch.Tensor, repeats: int = 5) -> list[LayerProfile]:
     """Measure each layer at ``sample``'s batch size on its device; per-sample figures.
 
     Layers with the same type, parameter shapes and input shape are measured once

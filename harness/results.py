@@ -6,7 +6,8 @@ A SOURCE is a sweep or run directory (every ``metrics.json`` below it), a
 ``metrics.json`` file, a wandb offline run folder (the record is saved in its
 ``files/``), or ``wandb:entity/project[/group]`` (the runs' summaries, online).
 
-Runs are grouped by model, data, world size and global batch. Within a group:
+Runs are grouped by model, data, world size, global batch and device (a simulated
+cluster counts as a device). Within a group:
 - speedup = throughput / DP throughput;
 - ME (memory-efficiency index, Hippie's definition) = speedup / (peak memory / DP peak memory),
   with the peak taken as the maximum over ranks;
@@ -28,9 +29,10 @@ from hydra.experimental.callback import Callback
 
 from harness.record import RECORD_FILE, read
 
-GROUP_KEYS = ["model", "data", "world_size", "global_batch"]
+# the device is "cpu", "cuda" or "simulated:<cluster>": simulated rows compare with simulated DP
+GROUP_KEYS = ["model", "data", "world_size", "global_batch", "device"]
 RUN_KEYS = ["strategy", *GROUP_KEYS, "micro_batches"]
-_COLUMNS = ["strategy", "model", "data", "world_size", "global_batch", "micro_batches", "seed", "status", "throughput",
+_COLUMNS = ["strategy", "model", "data", "world_size", "global_batch", "micro_batches", "seed", "device", "status", "throughput",
             "step_time_s", "speedup", "peak_memory_bytes", "me", "accuracy", "final_loss", "time_to_target_s",
             "error", "path", "simulated"]
 # column -> True if larger is better (for the bold best value in LaTeX)
@@ -122,7 +124,7 @@ def comparison(df: pd.DataFrame) -> pd.DataFrame:
     ok = df["status"] == "ok"
     for _, idx in df.groupby(GROUP_KEYS, dropna=False).groups.items():
         group = df.loc[idx]
-        dp = group[(group["strategy"] == "dp") & (group["status"] == "ok") & (group["simulated"] != True)]  # noqa: E712
+        dp = group[(group["strategy"] == "dp") & (group["status"] == "ok")]
         if dp.empty:
             df.loc[idx, "note"] = "no DP run in this group: no speedup or ME"
             continue
@@ -139,13 +141,15 @@ def comparison(df: pd.DataFrame) -> pd.DataFrame:
 
 def presentable(df: pd.DataFrame) -> pd.DataFrame:
     """Rounded, human units, one row per run."""
+    variant = df["variant"].fillna("") if "variant" in df else pd.Series([""] * len(df), index=df.index)
     return pd.DataFrame({
-        "strategy": df["strategy"],
+        "strategy": [f"{s} ({v})" if v else s for s, v in zip(df["strategy"], variant)],
         "model": df["model"],
         "data": df["data"],
         "workers": df["world_size"],
         "batch": df["global_batch"],
         "micro": df["micro_batches"],
+        "device": df["device"],
         "seed": df["seed"],
         "status": df["status"],
         "samples/s": df["throughput"].astype(float).round(1),
@@ -161,7 +165,7 @@ def presentable(df: pd.DataFrame) -> pd.DataFrame:
 
 def aggregated(table: pd.DataFrame) -> pd.DataFrame:
     """Mean ± standard deviation over repeated runs (seeds) of the same configuration."""
-    keys = ["strategy", "model", "data", "workers", "batch", "micro"]
+    keys = ["strategy", "model", "data", "workers", "batch", "micro", "device"]
     out = []
     for key, group in table.groupby(keys, dropna=False, sort=False):
         row = dict(zip(keys, key))
@@ -180,7 +184,7 @@ def _latex(table: pd.DataFrame) -> str:
     """booktabs table, the best value of each figure column in bold (within each group)."""
     shown = table.drop(columns=["note"]).copy()
     bold = pd.DataFrame(False, index=shown.index, columns=shown.columns)
-    for _, idx in shown.groupby(["model", "data", "workers", "batch"], dropna=False).groups.items():
+    for _, idx in shown.groupby(["model", "data", "workers", "batch", "device"], dropna=False).groups.items():
         for col, larger in _BEST.items():
             vals = pd.to_numeric(shown.loc[idx, col], errors="coerce")
             if vals.notna().sum() > 1:

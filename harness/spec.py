@@ -55,7 +55,24 @@ class RunSpec:
             "seed": self.seed,
             "device": self.device,
             "tag": self.tag,
+            "variant": self.variant(),
         }
+
+    def variant(self) -> str:
+        """The strategy options that tell two runs of one strategy apart in a table."""
+        st = self.strategy
+        parts = []
+        if st.name in ("hippie", "pipelining", "deepspeed") and st.recompute not in ("none", None):
+            parts.append(f"recompute={st.recompute}")
+        if st.name in ("hippie", "pipelining") and st.schedule != "1f1b":
+            parts.append(st.schedule)
+        if st.name == "ashpipe":
+            parts.append(f"replicas={list(st.replicas)}" if st.replicas is not None else "planned")
+            if st.switch_step or st.switch_epoch:
+                parts.append(f"SP@{'epoch ' + str(st.switch_epoch) if st.switch_epoch else st.switch_step}")
+        if st.name == "gpipe" and st.checkpoint != "except_last":
+            parts.append(f"checkpoint={st.checkpoint}")
+        return ", ".join(parts)
 
 
 def checkpoint_folder(path: str) -> str:

@@ -1,0 +1,107 @@
+"""``python -m harness.profile [overrides]``: measure a model on this device and save the profile.
+
+Per-layer forward and backward time, output bytes, bytes saved for backward and
+parameter bytes (identical blocks measured once), at the sample count one
+worker computes per micro-batch (``global_batch / micro_batches / replicas``),
+with the threads one worker would have; plus point-to-point and all-reduce
+bandwidth and latency between two local workers. Saved as versioned JSON with
+the device and software it came from (``sim.out``, default
+``profiles/<model>-<device>.json``). The planner and the simulator read the
+same files.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+
+import torch
+
+from harness.errors import ConfigError
+
+
+def measure_profile(spec, device: torch.device, network=None):
+    from harness.models import build_layers
+    from harness.plan import _measure_local_network
+    from harness.planner import Profile, profile_layers
+    from harness.worker import threads_per_process
+
+    network = network or _measure_local_network()
+    workers = spec.world_size
+    stages = max(1, spec.strategy.stages)
+    per_worker = max(1, spec.train.global_batch // spec.train.micro_batches // max(1, workers // stages))
+    if device.type == "cpu":
+        torch.set_num_threads(threads_per_process(spec, workers))
+    layers = [layer.to(device) for layer in build_layers(spec.model, spec.seed)]
+    size = spec.data.image_size
+    sample = torch.randn(per_worker, 3, size, size, device=device)
+    profiled = profile_layers(layers, sample, repeats=9)
+    step_factor = _whole_step_s(spec, layers, sample) / (sum(l.forward_s + l.backward_s for l in profiled) * per_worker)
+    meta = {"model": spec.model.name, "threads": torch.get_num_threads(), "torch": torch.__version__,
+            "python": platform.python_version(), "host": platform.node(), "cpus": os.cpu_count(),
+            "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None}
+    meta["step_factor_note"] = "whole step (forward, loss, backward, AdamW) / sum of isolated layer times"
+    return Profile(profiled, network, str(device), per_worker, meta=meta, step_factor=step_factor)
+
+
+def _whole_step_s(spec, layers, sample: torch.Tensor, repeats: int = 7) -> float:
+    """Median time of a real training step of the whole model on ``sample`` (one worker)."""
+    import time
+
+    from harness.strategy import make_optimizer, summed_loss
+
+    model = torch.nn.Sequential(*layers)
+    optimizer = make_optimizer(model.parameters(), spec)
+    target = torch.randint(0, spec.model.num_classes, (sample.shape[0],), device=sample.device)
+    times = []
+    for _ in range(repeats + 2):
+        t0 = time.perf_counter()
+        summed_loss(model(sample), target, sample.shape[0]).backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if sample.device.type == "cuda":
+            torch.cuda.synchronize(sample.device)
+        times.append(time.perf_counter() - t0)
+    return sorted(times[2:])[len(times[2:]) // 2]
+
+
+def default_path(spec, device: torch.device) -> str:
+    return os.path.join("profiles", f"{spec.model.name}-{device.type}.json")
+
+
+def main() -> None:
+    import hydra
+    from omegaconf import DictConfig
+
+    from harness.app import CONFIG_DIR
+    from harness.config import register_configs
+    from harness.spec import build_spec
+
+    register_configs()
+
+    @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="config")
+    def _profile(cfg: DictConfig) -> None:
+        try:
+            spec = build_spec(cfg)
+        except ConfigError as e:
+            print(f"error: {e}", file=sys.stderr)
+            raise SystemExit(2)
+        device = torch.device("cuda" if spec.device == "cuda" else "cpu")
+        print(f"profiling {spec.model.name} on {device} (network between 2 local workers first) ...", flush=True)
+        profile = measure_profile(spec, device)
+        out = cfg.sim.out or default_path(spec, device)
+        os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+        with open(out, "w") as f:
+            f.write(profile.to_json())
+        total = sum(l.forward_s + l.backward_s for l in profile.layers) * profile.batch
+        print(f"wrote {out}: {len(profile.layers)} layers, {total * 1e3:.1f} ms forward+backward for "
+              f"{profile.batch} samples, p2p {profile.network.p2p_bytes_per_s / 1e9:.2f} GB/s, "
+              f"all-reduce {profile.network.allreduce_bytes_per_s / 1e9:.2f} GB/s")
+
+    _profile()
+
+
+if __name__ == "__main__":
+    sys.argv += ["hydra.output_subdir=null", "hydra.run.dir=.", "hydra/job_logging=none", "hydra/hydra_logging=none"]
+    main()
