@@ -261,7 +261,8 @@ def _saved_bytes(fn) -> tuple[object, int]:
     return out, sum(saved.values())
 
 
-def profile_layers(layers: list[nn.Module], sample: torch.Tensor, repeats: int = 5) -> list[LayerProfile]:
+def profile_layers(layers: list[nn.Module], sample: torch.Tensor, repeats: int = 5,
+                   budget_s: float = 5.0) -> list[LayerProfile]:
     """Measure each layer at ``sample``'s batch size on its device; per-sample figures.
 
     Layers with the same type, parameter shapes and input shape are measured once
@@ -280,7 +281,10 @@ def profile_layers(layers: list[nn.Module], sample: torch.Tensor, repeats: int =
                 y = layer(x)
         else:
             fwd, bwd = [], []
+            spent = 0.0
             for r in range(repeats + 1):
+                if r > 3 and spent > budget_s:  # large layers: enough samples for a stable median
+                    break
                 inp = x.detach().requires_grad_(x.is_floating_point())
                 _sync(x)
                 t0 = time.perf_counter()
@@ -290,6 +294,7 @@ def profile_layers(layers: list[nn.Module], sample: torch.Tensor, repeats: int =
                 y.backward(torch.ones_like(y))
                 _sync(y)
                 t2 = time.perf_counter()
+                spent += t2 - t0
                 if r:  # the first run warms up
                     fwd.append(t1 - t0)
                     bwd.append(t2 - t1)

@@ -135,7 +135,8 @@ def comparison(df: pd.DataFrame) -> pd.DataFrame:
         df.loc[sel, "speedup"] = speedup
         df.loc[sel, "me"] = speedup / (df.loc[sel, "peak_memory_bytes"].astype(float) / dp_mem)
     df.loc[df["status"] != "ok", "note"] = df.loc[df["status"] != "ok", "error"].fillna("failed")
-    df.loc[df["simulated"] == True, "note"] = "simulated"  # noqa: E712
+    simulated = df["simulated"] == True  # noqa: E712
+    df.loc[simulated, "note"] = ("simulated; " + df.loc[simulated, "note"].fillna("")).str.rstrip("; ")
     return df.sort_values(GROUP_KEYS + ["strategy"], kind="stable").reset_index(drop=True)
 
 

@@ -76,6 +76,7 @@ def load_or_measure_profile(cfg, spec):
 def main() -> None:
     import hydra
     from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
     from omegaconf import DictConfig
 
     from harness import record as record_mod
@@ -93,8 +94,10 @@ def main() -> None:
             pred = predict_spec(spec, cfg, profile)
         except ConfigError as e:
             print(f"error: {e}", file=sys.stderr)
+            if HydraConfig.get().mode == RunMode.MULTIRUN:
+                return  # the other points of the sweep go on
             raise SystemExit(2)
-        rec = pred.record(spec.model.name, spec.data.name, cfg.cluster.name)
+        rec = pred.record(spec.model.name, spec.data.name, cfg.cluster.name, cfg.cluster.memory_gib)
         rec["profile"] = cfg.sim.profile
         record_mod.write(HydraConfig.get().runtime.output_dir, rec)
         print(f"simulated {pred.strategy} w={pred.world_size} on {cfg.cluster.name}: {pred.throughput:.1f} samples/s "

@@ -59,13 +59,20 @@ class Cluster:
         return self.inter_node_gbps * 1e9, self.inter_latency_us * 1e-6
 
     def allreduce_s(self, nbytes: float, ranks: list[int]) -> float:
-        n = len(ranks)
-        if n <= 1:
+        """Hierarchical ring all-reduce (NCCL's shape): a ring inside each node over the
+        node's link, then a ring across nodes over the network for the inter-node part."""
+        if len(ranks) <= 1:
             return 0.0
-        nodes = {r // self.devices_per_node for r in ranks}
-        bw = (self.intra_node_gbps if len(nodes) == 1 else self.inter_node_gbps) * 1e9
-        lat = (self.latency_us if len(nodes) == 1 else self.inter_latency_us) * 1e-6
-        return 2 * (n - 1) / n * nbytes / bw + 2 * (n - 1) * lat
+        per_node: dict[int, int] = {}
+        for r in ranks:
+            per_node[r // self.devices_per_node] = per_node.get(r // self.devices_per_node, 0) + 1
+        g, k = max(per_node.values()), len(per_node)
+        t = 0.0
+        if g > 1:
+            t += 2 * (g - 1) / g * nbytes / (self.intra_node_gbps * 1e9) + 2 * (g - 1) * self.latency_us * 1e-6
+        if k > 1:
+            t += 2 * (k - 1) / k * nbytes / (self.inter_node_gbps * 1e9) + 2 * (k - 1) * self.inter_latency_us * 1e-6
+        return t
 
 
 @dataclass
@@ -86,8 +93,11 @@ class Prediction:
     def throughput(self) -> float:
         return self.global_batch / self.iteration_s
 
-    def record(self, model: str, data: str, cluster: str) -> dict:
-        """A results-table row marked as simulated (per-rank events kept for the timeline figure)."""
+    def record(self, model: str, data: str, cluster: str, memory_gib: float | None = None) -> dict:
+        """A results-table row marked as simulated (per-rank events kept for the timeline figure).
+
+        A layout whose predicted peak exceeds the cluster's memory per device is
+        recorded as failed, as the real run would fail."""
         ranks = []
         first = 0
         for s, n in enumerate(self.replicas):
@@ -95,7 +105,12 @@ class Prediction:
             ranks.append({"rank": first, "layout": {"stage": s, "replicas": n}, "events": events})
             first += n
         mem = [m for m, n in zip(self.peak_memory_per_stage, self.replicas) for _ in range(n)]
-        return {"status": "ok", "error": None, "simulated": True, "cluster": cluster, "strategy": self.strategy,
+        status, error = "ok", None
+        if memory_gib is not None and max(mem) > memory_gib * 2**30:
+            status = "failed"
+            error = (f"predicted peak memory {max(mem) / 2**30:.1f} GiB exceeds the cluster's {memory_gib:g} GiB "
+                     "per device (out of memory)")
+        return {"status": status, "error": error, "simulated": True, "cluster": cluster, "strategy": self.strategy,
                 "model": model, "data": data, "world_size": self.world_size, "global_batch": self.global_batch,
                 "micro_batches": self.micro_batches, "throughput": self.throughput, "step_time_s": self.iteration_s,
                 "peak_memory_bytes": max(mem), "peak_memory_per_rank": mem, "bubble_fraction": self.bubble_fraction,
