@@ -8,7 +8,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from harness.data import replica_slice
 from harness.metrics import optimizer_state_tensors
-from harness.strategy import EvalResult, Strategy, make_optimizer, summed_loss
+from harness.strategy import Strategy, eval_counts, make_optimizer, summed_eval, summed_loss
 
 
 class DDPStrategy(Strategy):
@@ -39,14 +39,7 @@ class DDPStrategy(Strategy):
     @torch.no_grad()
     def evaluate(self, x, y):
         share = replica_slice(x.shape[0], self.ctx.world_size, self.ctx.rank)
-        logits = self.model(x[share])
-        stats = torch.tensor(
-            [float((logits.argmax(-1) == y[share]).sum()), float(y[share].numel()),
-             float(torch.nn.functional.cross_entropy(logits, y[share], reduction="sum"))],
-            dtype=torch.float64, device=self.ctx.device,
-        )
-        self.comm.all_reduce(stats)
-        return EvalResult(int(stats[0]), int(stats[1]), float(stats[2]))
+        return summed_eval(self.comm, eval_counts(self.model(x[share]), y[share]))
 
     def resident_tensors(self):
         yield from self.model.parameters()

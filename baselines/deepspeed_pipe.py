@@ -26,9 +26,8 @@ from harness.errors import ConfigError
 from harness.hippie import uniform_replicas
 from harness.metrics import optimizer_state_tensors
 from harness.runtime.build import check_layout, resolve_boundaries
-from harness.runtime.partition import stage_ranges
 from harness.runtime.topology import Topology
-from harness.strategy import EvalResult, Strategy, make_optimizer
+from harness.strategy import Strategy, make_optimizer, summed_eval
 
 _PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -143,11 +142,11 @@ class DeepSpeedPipeStrategy(Strategy):
         finally:
             self._evaluating = False
             self.engine.total_loss = None
-        stats = torch.zeros(3, dtype=torch.float64, device=self.ctx.device)
-        if self.last:
-            stats += torch.stack(list(outputs)).sum(0).to(torch.float64)
-        self.comm.all_reduce(stats)
-        return EvalResult(int(stats[1]), int(stats[2]), float(stats[0]))
+        counts = (0.0, 0.0, 0.0)
+        if self.last:  # per micro-batch [CE sum, correct, count]
+            ce, correct, count = torch.stack(list(outputs)).sum(0).tolist()
+            counts = (correct, count, ce)
+        return summed_eval(self.comm, counts)
 
     def resident_tensors(self):
         yield from self.module.parameters()

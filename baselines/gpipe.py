@@ -24,7 +24,7 @@ from harness.metrics import optimizer_state_tensors
 from harness.models import num_layers
 from harness.runtime.build import check_layout
 from harness.runtime.partition import balanced_boundaries, check_boundaries, measure_layer_costs, stage_ranges
-from harness.strategy import EvalResult, Strategy, make_optimizer
+from harness.strategy import EvalResult, Strategy, eval_counts, make_optimizer
 
 _CHECKPOINT_MODES = ("always", "except_last", "never")
 
@@ -84,9 +84,8 @@ class GPipeStrategy(Strategy):
     def evaluate(self, x, y):
         self.model.eval()
         out = self.model(x.to(self.devices[0]))
-        y = y.to(out.device)
-        return EvalResult(int((out.argmax(-1) == y).sum()), int(y.numel()),
-                          float(F.cross_entropy(out, y, reduction="sum")))
+        correct, count, loss_sum = eval_counts(out, y.to(out.device))
+        return EvalResult(int(correct), int(count), loss_sum)
 
     def resident_tensors(self):
         yield from self.model.parameters()

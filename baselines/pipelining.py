@@ -25,7 +25,7 @@ from harness.metrics import optimizer_state_tensors
 from harness.runtime.build import check_layout, resolve_boundaries
 from harness.runtime.partition import stage_ranges
 from harness.runtime.topology import Topology
-from harness.strategy import EvalResult, Strategy, make_optimizer
+from harness.strategy import Strategy, eval_counts, make_optimizer, summed_eval
 
 _SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
 
@@ -108,13 +108,8 @@ class PipeliningStrategy(Strategy):
         x, y = self._share(x, y)
         losses: list[torch.Tensor] = []
         out = self._call(self.schedule.eval, x, y, losses)
-        stats = torch.zeros(3, dtype=torch.float64, device=self.ctx.device)
-        if self.stage == self.num_stages - 1:
-            stats[0] = float((out.argmax(-1) == y).sum())
-            stats[1] = float(y.numel())
-            stats[2] = float(F.cross_entropy(out, y, reduction="sum"))
-        self.comm.all_reduce(stats)
-        return EvalResult(int(stats[0]), int(stats[1]), float(stats[2]))
+        last = self.stage == self.num_stages - 1
+        return summed_eval(self.comm, eval_counts(out, y) if last else (0.0, 0.0, 0.0))
 
     def resident_tensors(self):
         yield from self.module.parameters()

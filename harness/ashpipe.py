@@ -35,11 +35,10 @@ from torch import nn
 from harness.errors import ConfigError
 from harness.data import replica_slice
 from harness.metrics import optimizer_state_tensors
-from harness.models import num_layers
 from harness.runtime import schedule as sch
 from harness.runtime.build import build_stage, check_layout
 from harness.runtime.executor import GradSync, StageExecutor
-from harness.strategy import EvalResult, Strategy, make_optimizer, summed_loss
+from harness.strategy import Strategy, eval_counts, make_optimizer, summed_eval, summed_loss
 
 
 def switch_step(spec) -> int:
@@ -56,6 +55,8 @@ class AshPipeStrategy(Strategy):
     @classmethod
     def check(cls, spec) -> None:
         st = spec.strategy
+        if st.replicas is None and st.plan != "auto":
+            raise ConfigError(f"strategy.plan={st.plan} is not understood; give strategy.replicas or use plan=auto")
         if st.replicas is not None:
             check_layout(spec, list(st.replicas))
         elif spec.world_size > spec.train.global_batch:
@@ -185,9 +186,7 @@ class AshPipeStrategy(Strategy):
             return self._dp.evaluate(x, y)
         self.build.module.eval()
         run = self.executor.run(self.eval_actions, x, y, training=False)
-        stats = torch.tensor([run.correct, run.count, run.loss_sum], dtype=torch.float64, device=self.ctx.device)
-        self.comm.all_reduce(stats)
-        return EvalResult(int(stats[0]), int(stats[1]), float(stats[2]))
+        return summed_eval(self.comm, (run.correct, run.count, run.loss_sum))
 
     def resident_tensors(self):
         if self._dp is not None:
@@ -250,12 +249,7 @@ class _PlainDataParallel:
     def evaluate(self, x, y):
         self.model.eval()
         share = replica_slice(x.shape[0], self.ctx.world_size, self.ctx.rank)
-        logits = self.model(x[share])
-        stats = torch.tensor([float((logits.argmax(-1) == y[share]).sum()), float(y[share].numel()),
-                              float(torch.nn.functional.cross_entropy(logits, y[share], reduction="sum"))],
-                             dtype=torch.float64, device=self.ctx.device)
-        self.comm.all_reduce(stats)
-        return EvalResult(int(stats[0]), int(stats[1]), float(stats[2]))
+        return summed_eval(self.comm, eval_counts(self.model(x[share]), y[share]))
 
     def resident_tensors(self):
         yield from self.params

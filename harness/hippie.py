@@ -19,7 +19,7 @@ from harness.metrics import optimizer_state_tensors
 from harness.runtime import schedule as sch
 from harness.runtime.build import build_stage, check_layout
 from harness.runtime.executor import GradSync, StageExecutor
-from harness.strategy import EvalResult, Strategy, make_optimizer
+from harness.strategy import Strategy, make_optimizer, summed_eval
 
 import torch
 
@@ -75,9 +75,7 @@ class PipelineStrategy(Strategy):
     def evaluate(self, x, y):
         self.build.module.eval()
         run = self.executor.run(self.eval_actions, x, y, training=False)
-        stats = torch.tensor([run.correct, run.count, run.loss_sum], dtype=torch.float64, device=self.ctx.device)
-        self.comm.all_reduce(stats)
-        return EvalResult(int(stats[0]), int(stats[1]), float(stats[2]))
+        return summed_eval(self.comm, (run.correct, run.count, run.loss_sum))
 
     def resident_tensors(self):
         yield from self.params

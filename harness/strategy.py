@@ -127,6 +127,19 @@ class Strategy(ABC):
         self.optimizer.load_state_dict(state["optimizer"])
 
 
+def eval_counts(logits: torch.Tensor, y: torch.Tensor) -> tuple[float, float, float]:
+    """(correct, samples, cross-entropy sum) of one evaluated slice."""
+    return (float((logits.argmax(-1) == y).sum()), float(y.numel()),
+            float(F.cross_entropy(logits.float(), y, reduction="sum")))
+
+
+def summed_eval(comm: "Comm", counts: tuple[float, float, float]) -> EvalResult:
+    """Sum every rank's evaluation counts (ranks that saw no samples pass zeros)."""
+    stats = torch.tensor(counts, dtype=torch.float64, device=comm.ctx.device)
+    comm.all_reduce(stats)
+    return EvalResult(int(stats[0]), int(stats[1]), float(stats[2]))
+
+
 def make_optimizer(params: Iterable[nn.Parameter], spec: "RunSpec") -> torch.optim.Optimizer:
     t = spec.train
     params = list(params)

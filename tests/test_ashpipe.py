@@ -87,3 +87,24 @@ def test_the_async_reference_is_not_synchronous_training():
     asynchronous = ashpipe_reference(spec, batches, [3])
     synchronous = ashpipe_reference(spec, batches, [])  # one stage: no staleness
     assert any(not torch.allclose(asynchronous[k], synchronous[k], atol=1e-4) for k in asynchronous)
+
+
+def test_a_later_job_resumes_in_hybrid_mode_from_the_switch_checkpoint(tmp_path):
+    from tests.conftest import TINY, run_cli
+
+    base = ["strategy=ashpipe", "world_size=2", "strategy.replicas=[1,1]", "strategy.boundaries=[3]",
+            "train.micro_batches=1", *TINY, "train.steps=8", "train.warmup_steps=1"]
+    first, second = str(tmp_path / "first"), str(tmp_path / "second")
+    run = run_cli([*base, "strategy.switch_step=3", f"hydra.run.dir={first}"], cwd=str(tmp_path))
+    assert run.returncode == 0, run.stderr[-2000:]
+    checkpoint = os.path.join(first, "switch_checkpoint")
+    assert sorted(os.listdir(checkpoint)) == ["rank0.pt", "rank1.pt"]
+    again = run_cli([*base, f"strategy.resume_from={checkpoint}", f"hydra.run.dir={second}"], cwd=str(tmp_path))
+    assert again.returncode == 0, again.stderr[-2000:]
+    import json
+
+    a = json.load(open(os.path.join(first, "metrics.json")))["loss_curve"]
+    b = json.load(open(os.path.join(second, "metrics.json")))["loss_curve"]
+    assert [s for s, _ in b] == list(range(3, 8))  # the resumed job starts at the switch
+    for (sa, la), (sb, lb) in zip(a[3:], b):
+        assert sa == sb and abs(la - lb) < 1e-5  # and continues exactly where the first one was

@@ -3,7 +3,6 @@
 import os
 
 import pytest
-import torch
 
 from tests.conftest import make_spec
 from tests.distributed import assert_matches_reference, merged_rank_states, reference_step, spawn

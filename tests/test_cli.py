@@ -8,7 +8,7 @@ import pytest
 from hydra.errors import ConfigCompositionException
 from omegaconf.errors import ConfigKeyError, ValidationError
 
-from tests.conftest import ROOT, TINY, compose_config, run_cli
+from tests.conftest import TINY, compose_config, run_cli
 
 
 def _record(run_dir):

@@ -3,7 +3,6 @@
 import json
 import os
 
-import torch
 
 from harness.comm import Comm
 from harness.data import BatchOrder, load

@@ -55,3 +55,53 @@ def test_recompute_rules():
         resolve_recompute([9], n, (0, 6), last_stage=False)
     with pytest.raises(ConfigError, match="not understood"):
         resolve_recompute("some", n, (0, 6), last_stage=False)
+
+
+def _profile(costs, params, out_bytes=1000, bandwidth=1e9):
+    from harness.planner import LayerProfile, Network, Profile
+
+    layers = [LayerProfile(f"L{i}", c / 3, 2 * c / 3, out_bytes, 4 * out_bytes, out_bytes, p)
+              for i, (c, p) in enumerate(zip(costs, params))]
+    return Profile(layers, Network(bandwidth, bandwidth, 0.0), "cpu", 1)
+
+
+def _brute_force_plan(profile, world, batch, memory_limit):
+    """Every contiguous split and every replica assignment using exactly ``world`` workers."""
+    from harness.planner import stage_cost
+
+    n = len(profile.layers)
+    best = float("inf")
+    for S in range(1, min(n, world) + 1):
+        for cuts in itertools.combinations(range(1, n), S - 1):
+            edges = [0, *cuts, n]
+            for reps in itertools.product(range(1, world + 1), repeat=S):
+                if sum(reps) != world:
+                    continue
+                stages = [stage_cost(profile, a, b, m, S - s, batch, memory_limit)
+                          for s, (a, b, m) in enumerate(zip(edges, edges[1:], reps))]
+                if all(stages):
+                    best = min(best, max(st.time_s for st in stages))
+    return best
+
+
+@pytest.mark.parametrize("costs,params,world,limit", [
+    ([1.0, 4.0, 4.0, 1.0], [100, 100, 100, 100], 4, None),
+    ([3.0, 1.0, 1.0, 1.0, 2.0], [5e8, 1e6, 1e6, 1e6, 1e6], 5, None),  # a heavy all-reduce on layer 0
+    ([1.0, 1.0, 1.0, 1.0], [1e3, 1e3, 1e3, 1e3], 3, 30_000.0),  # memory forces replicas/recompute
+])
+def test_planner_finds_the_hand_checked_optimum(costs, params, world, limit):
+    from harness.planner import plan
+
+    profile = _profile(costs, params)
+    chosen = plan(profile, world, global_batch=8, memory_limit=limit)
+    assert sum(chosen.replicas) == world
+    assert chosen.step_s == pytest.approx(_brute_force_plan(profile, world, 8, limit))
+
+
+def test_planner_hand_computed_case():
+    """Two equal heavy layers and two light ones on 4 workers, free network: the best plan
+    gives each heavy layer two replicas (4 units each over 2 = 2 per stage)."""
+    from harness.planner import plan
+
+    chosen = plan(_profile([0.0, 4.0, 4.0, 0.0], [1, 1, 1, 1], bandwidth=1e15), 4, global_batch=1)
+    assert chosen.step_s == pytest.approx(2.0)

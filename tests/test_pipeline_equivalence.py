@@ -27,6 +27,7 @@ GRID = {
     4: [(4, 4, []), (4, 3, ["strategy.recompute=all"]), (2, 2, []), (2, 3, ["strategy.recompute=all", "strategy.bucket_mb=0.01"]),
         (2, 1, ["strategy.schedule=gpipe"])],
     6: [(3, 2, ["strategy.recompute=auto"])],
+    8: [(4, 2, ["strategy.recompute=all"])],
 }
 
 

@@ -29,7 +29,7 @@ def test_a_failing_worker_fails_the_job_with_a_record(workdir, fault, expect):
     assert proc.returncode == 1, proc.stderr[-2000:]
     rec = _record(run_dir)
     assert rec["status"] == "failed" and rec["failed_rank"] == 1 and expect in rec["error"]
-    assert f"FAILED dp w=2" in proc.stderr
+    assert "FAILED dp w=2" in proc.stderr
     assert time.time() - t0 < 60
 
 

@@ -1,6 +1,5 @@
 """Tables from fixture records: speedup and ME against DP, failed runs kept, groups without DP."""
 
-import json
 import os
 
 import pytest
