@@ -198,6 +198,9 @@ class AshPipeStrategy(Strategy):
         yield from self.executor.stashed_tensors()
         yield from self.executor.inflight_tensors()
 
+    def resident_extra_bytes(self):
+        return self.executor.inflight_saved_bytes() if self.executor is not None else 0
+
     def layout(self):
         if self.executor is None:
             return {"stage": "dp", "layers": [0, len(self.layers)]}

@@ -57,9 +57,10 @@ class MemoryMeter:
             torch.cuda.reset_peak_memory_stats(device)
 
     @contextlib.contextmanager
-    def measure_step(self, resident: Iterable[torch.Tensor]) -> Iterator[None]:
-        """Wrap exactly one training step; ``resident`` is what is live at its start."""
-        self.resident_bytes = tensor_bytes(resident)
+    def measure_step(self, resident: Iterable[torch.Tensor], extra_resident_bytes: int = 0) -> Iterator[None]:
+        """Wrap exactly one training step; ``resident`` (and ``extra_resident_bytes``) is what is
+        live at its start."""
+        self.resident_bytes = tensor_bytes(resident) + extra_resident_bytes
         if self.device.type == "cuda":
             yield
             self.peak_bytes = int(torch.cuda.max_memory_allocated(self.device))

@@ -83,6 +83,11 @@ class Strategy(ABC):
     def resident_tensors(self) -> Iterable[torch.Tensor]:
         """Tensors this rank holds between steps (parameters, optimizer state, stashes, buffers)."""
 
+    def resident_extra_bytes(self) -> int:
+        """Bytes held between steps that are known only as a count (activations saved for the
+        backward of minibatches still in flight)."""
+        return 0
+
     def start_step(self) -> int:
         """The step to start from (non-zero when resuming from a checkpoint)."""
         return 0

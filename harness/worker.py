@@ -57,7 +57,8 @@ def train(spec: RunSpec, ctx: comm_mod.DistContext, progress: bool = True) -> di
         x, y = dataset.train.batch(order.indices(step))
         x, y = x.to(ctx.device, non_blocking=True), y.to(ctx.device, non_blocking=True)
         if step == memory_step:
-            with strategy.memory_step_context(), meter.measure_step(strategy.resident_tensors()):
+            with strategy.memory_step_context(), meter.measure_step(strategy.resident_tensors(),
+                                                                    strategy.resident_extra_bytes()):
                 loss = strategy.train_step(x, y)
             dt = None
         else:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import time
-import weakref
 from dataclasses import dataclass, field
 
 import torch
@@ -178,8 +177,9 @@ class StageExecutor:
         self.stash_weights = stash_weights
         self._tag_base = 0
         self._stash: dict[int, dict[str, torch.Tensor]] = {}
-        # what autograd saved for each minibatch in flight (weak references: measuring must not keep it alive)
-        self._saved: dict[int, list[weakref.ref]] = {}
+        # bytes autograd saved for each minibatch in flight, by storage (numbers only: keeping
+        # references, even weak ones, to saved tensors from a pack hook crashed the process)
+        self._saved: dict[int, dict[int, int]] = {}
         self._reset_state()
 
     def _reset_state(self) -> None:
@@ -194,10 +194,15 @@ class StageExecutor:
         return [t for version in self._stash.values() for t in version.values()]
 
     def inflight_tensors(self) -> list[torch.Tensor]:
-        """Activations held for minibatches in flight between calls: received inputs,
-        outputs and every tensor autograd saved for their backward."""
-        live = [r() for refs in self._saved.values() for r in refs]
-        return [t for t in live if t is not None] + list(self._inputs.values()) + list(self._outputs.values())
+        """Received inputs and outputs held for minibatches in flight between calls."""
+        return list(self._inputs.values()) + list(self._outputs.values())
+
+    def inflight_saved_bytes(self) -> int:
+        """Bytes autograd saved for the backward of minibatches in flight (distinct storages)."""
+        storages: dict[int, int] = {}
+        for saved in self._saved.values():
+            storages.update(saved)
+        return sum(storages.values())
 
     # -- one call ------------------------------------------------------------
     def run(self, actions: list[sch.Action], x: torch.Tensor | None, y: torch.Tensor | None,
@@ -309,12 +314,13 @@ class StageExecutor:
         if self.stash_weights and self._training:
             version = {n: p.detach().clone().requires_grad_(True) for n, p in self.module.named_parameters()}
             self._stash[a.micro] = version
-            refs = self._saved[a.micro] = []
-            stashed = {id(t) for t in version.values()}
+            saved = self._saved[a.micro] = {}
+            stashed = {t.untyped_storage().data_ptr() for t in version.values()}
 
             def pack(t: torch.Tensor) -> torch.Tensor:
-                if id(t) not in stashed:  # weights are counted as stashed copies
-                    refs.append(weakref.ref(t))
+                storage = t.untyped_storage()
+                if storage.data_ptr() not in stashed:  # weights are counted as stashed copies
+                    saved[storage.data_ptr()] = storage.nbytes()
                 return t
 
             with _weights(self.module, version), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
