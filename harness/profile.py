@@ -41,13 +41,43 @@ def measure_profile(spec, device: torch.device, network=None):
     # same layers' isolated times; identical blocks make the ratio hold for the full depth
     short = layers[:3] + layers[-1:] if len(layers) > 4 else layers
     short_profiled = profiled[:3] + profiled[-1:] if len(layers) > 4 else profiled
-    step_factor = _whole_step_s(spec, short, sample) / (sum(l.forward_s + l.backward_s for l in short_profiled)
-                                                        * per_worker)
+    if device.type == "cpu" and workers > 1:
+        whole = _whole_step_in_parallel(spec, per_worker, min(workers, os.cpu_count() or 1))
+    else:
+        whole = _whole_step_s(spec, short, sample)
+    step_factor = whole / (sum(l.forward_s + l.backward_s for l in short_profiled) * per_worker)
     meta = {"model": spec.model.name, "threads": torch.get_num_threads(), "torch": torch.__version__,
             "python": platform.python_version(), "host": platform.node(), "cpus": os.cpu_count(),
             "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None}
     meta["step_factor_note"] = "whole step (forward, loss, backward, AdamW) / sum of isolated layer times"
     return Profile(profiled, network, str(device), per_worker, meta=meta, step_factor=step_factor)
+
+
+def _whole_step_in_parallel(spec, per_worker: int, processes: int) -> float:
+    """The whole-step time with ``processes`` workers running it at once, as they share the
+    machine's cores and memory bandwidth in a real run (the median over the workers)."""
+    import tempfile
+
+    import torch.multiprocessing as mp
+
+    with tempfile.TemporaryDirectory() as d:
+        mp.start_processes(_whole_step_worker, args=(spec, per_worker, processes, d), nprocs=processes,
+                           start_method="spawn")
+        times = sorted(float(open(os.path.join(d, f"{r}.txt")).read()) for r in range(processes))
+    return times[len(times) // 2]
+
+
+def _whole_step_worker(rank: int, spec, per_worker: int, processes: int, out_dir: str) -> None:
+    from harness.models import build_layers
+    from harness.worker import threads_per_process
+
+    torch.set_num_threads(threads_per_process(spec, processes))
+    layers = build_layers(spec.model, spec.seed)
+    short = layers[:3] + layers[-1:] if len(layers) > 4 else layers
+    size = spec.data.image_size
+    t = _whole_step_s(spec, short, torch.randn(per_worker, 3, size, size))
+    with open(os.path.join(out_dir, f"{rank}.txt"), "w") as f:
+        f.write(str(t))
 
 
 def _whole_step_s(spec, layers, sample: torch.Tensor, repeats: int = 7, budget_s: float = 10.0) -> float:
