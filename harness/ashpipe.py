@@ -27,6 +27,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import torch
@@ -156,6 +157,16 @@ class AshPipeStrategy(Strategy):
 
     def start_step(self) -> int:
         return self.calls
+
+    def memory_step_context(self):
+        """The measured step starts and ends with no transfer in flight.
+
+        Asynchronous steps leave sends in flight across calls; a transfer that
+        starts before the profiler and ends inside it (or the reverse) crashed
+        the process under load. Waiting for them here cannot deadlock: every
+        send of a call is received by the neighbours within their next call,
+        before they need anything more from this rank."""
+        return contextlib.nullcontext() if self.executor is None else self.executor.settled()
 
     # -- training -------------------------------------------------------------
     def train_step(self, x, y):

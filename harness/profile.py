@@ -29,8 +29,7 @@ def measure_profile(spec, device: torch.device, network=None):
 
     network = network or _measure_local_network()
     workers = spec.world_size
-    stages = max(1, spec.strategy.stages)
-    per_worker = max(1, spec.train.global_batch // spec.train.micro_batches // max(1, workers // stages))
+    per_worker = samples_per_compute(spec)
     if device.type == "cpu":
         torch.set_num_threads(threads_per_process(spec, workers))
     layers = [layer.to(device) for layer in build_layers(spec.model, spec.seed)]
@@ -101,6 +100,21 @@ def _whole_step_s(spec, layers, sample: torch.Tensor, repeats: int = 7, budget_s
             torch.cuda.synchronize(sample.device)
         times.append(time.perf_counter() - t0)
     return sorted(times[2:])[len(times[2:]) // 2]
+
+
+def samples_per_compute(spec) -> int:
+    """Samples one worker puts through a forward at a time under the spec's strategy
+    (per-sample cost depends on it, so a profile is measured at that size)."""
+    st, t, w = spec.strategy, spec.train, spec.world_size
+    if st.name == "dp":
+        n = t.global_batch // w
+    elif st.name == "ashpipe":
+        n = t.global_batch // min(st.replicas) if st.replicas is not None else t.global_batch // w
+    elif st.name == "gpipe":
+        n = t.global_batch // t.micro_batches
+    else:
+        n = t.global_batch // t.micro_batches // max(1, w // max(1, st.stages))
+    return max(1, n)
 
 
 def default_path(spec, device: torch.device) -> str:

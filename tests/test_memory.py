@@ -57,7 +57,8 @@ def measure_ashpipe(ctx, spec, out_dir):
     for step in range(3):
         strategy.train_step(*data.train.batch(order.indices(step)))
     meter = MemoryMeter(ctx.device)
-    with meter.measure_step(strategy.resident_tensors(), strategy.resident_extra_bytes()):
+    with strategy.memory_step_context(), meter.measure_step(strategy.resident_tensors(),
+                                                            strategy.resident_extra_bytes()):
         strategy.train_step(*data.train.batch(order.indices(3)))
     strategy.finish_training()
     params = sum(p.numel() * p.element_size() for p in strategy.params)

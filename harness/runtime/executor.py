@@ -176,6 +176,7 @@ class StageExecutor:
         # weights it saw, kept until its backward, while STEPs update the master weights
         self.stash_weights = stash_weights
         self._tag_base = 0
+        self._settle = False
         self._stash: dict[int, dict[str, torch.Tensor]] = {}
         # bytes autograd saved for each minibatch in flight, by storage (numbers only: keeping
         # references, even weak ones, to saved tensors from a pack hook crashed the process)
@@ -233,7 +234,7 @@ class StageExecutor:
                 elif action.op in (sch.RECV_F, sch.RECV_B):
                     self._run.idle_s += t1 - t0
         t0 = time.perf_counter()
-        if flush:
+        if flush or self._settle:
             self._wait_sends()
         else:
             self._sends = [p for p in self._sends if not p.done()]
@@ -242,6 +243,16 @@ class StageExecutor:
 
     def drain_sends(self) -> None:
         self._wait_sends()
+
+    @contextlib.contextmanager
+    def settled(self):
+        """Within this context every call starts and ends with all its sends complete."""
+        self._wait_sends()
+        self._settle = True
+        try:
+            yield
+        finally:
+            self._settle = False
 
     def _evaluate(self, actions: list[sch.Action], x: torch.Tensor, y: torch.Tensor) -> StageRun:
         """A forward-only pass that leaves an asynchronous pipeline's in-flight state alone.
