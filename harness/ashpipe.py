@@ -72,6 +72,8 @@ class AshPipeStrategy(Strategy):
                               "do not apply; Switch Parallelism writes a switch checkpoint (strategy.resume_from)")
         if st.memory_limit is not None and st.memory_limit <= 0:
             raise ConfigError(f"strategy.memory_limit={st.memory_limit} GiB must be positive")
+        if st.memory_limit is not None and st.replicas is None:
+            _check_memory_limit_is_reachable(spec)
 
     def __init__(self, spec, layers, ctx, comm):
         super().__init__(spec, layers, ctx, comm)
@@ -224,6 +226,28 @@ class AshPipeStrategy(Strategy):
 
     def owned_layers(self):
         return range(len(self.layers)) if self._dp is not None else range(*self.build.layer_range)
+
+
+def _check_memory_limit_is_reachable(spec) -> None:
+    """Refuse before launch a limit no plan can meet, from parameter counts alone.
+
+    Whatever the plan, the stage holding a layer keeps its weights, its gradient,
+    the optimizer's state and at least one stashed version, so no worker needs
+    less than that for the largest layer (counted on the meta device, no memory)."""
+    import torch
+
+    from harness.models import build_layers
+
+    with torch.device("meta"):
+        layers = build_layers(spec.model, spec.seed)
+    largest = max(sum(p.numel() * p.element_size() for p in layer.parameters()) for layer in layers)
+    floor = largest * (1 + 1 + 2 + 1)  # weights, gradient, AdamW's two moments, one stashed version
+    if floor > spec.strategy.memory_limit * 2**30:
+        raise ConfigError(
+            f"no AshPipe plan fits strategy.memory_limit={spec.strategy.memory_limit} GiB: the largest layer of "
+            f"{spec.model.name} alone needs {floor / 2**30:.3g} GiB with its gradient, optimizer state and one "
+            "stashed version; raise the limit"
+        )
 
 
 class _PlainDataParallel:

@@ -229,7 +229,7 @@ def plan(profile: Profile, world_size: int, global_batch: int, memory_limit: flo
                     best[(i, w, k)] = top
     candidates = [(best[(0, world_size, k)][0], k) for k in range(1, max_stages + 1) if (0, world_size, k) in best]
     if not candidates:
-        limit = f"{memory_limit / 2**30:.2f} GiB" if memory_limit else "none"
+        limit = f"{memory_limit / 2**30:.3g} GiB" if memory_limit else "none"
         raise ConfigError(
             f"no AshPipe plan fits strategy.memory_limit ({limit}) for {world_size} workers and global batch "
             f"{global_batch}, even with recomputation; raise the limit, add workers or lower train.global_batch"

@@ -117,10 +117,19 @@ def test_unknown_model_strategy_or_data_is_refused_by_hydra(workdir, override):
     assert "Could not find" in proc.stderr and override.split("=")[1] in proc.stderr
 
 
-def test_a_memory_limit_no_plan_meets_fails_with_one_line(workdir):
+def test_a_memory_limit_no_plan_meets_is_refused_before_launch(workdir):
     run_dir = os.path.join(workdir, "run")
-    proc = run_cli(["strategy=ashpipe", "world_size=2", *TINY, "train.micro_batches=1", "strategy.memory_limit=0.0001",
+    proc = run_cli(["strategy=ashpipe", "world_size=2", *TINY, "strategy.memory_limit=0.0001",
                     f"hydra.run.dir={run_dir}"], cwd=workdir, timeout=120)
-    assert proc.returncode == 1
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "no AshPipe plan fits strategy.memory_limit" in proc.stderr and "samples/s" not in proc.stderr
+
+
+def test_a_memory_limit_only_the_planner_finds_unmeetable_fails_the_job_with_one_line(workdir):
+    # above the parameter floor, but no split fits the activations: found by the planner in the job
+    run_dir = os.path.join(workdir, "run")
+    proc = run_cli(["strategy=ashpipe", "world_size=2", *TINY, "strategy.memory_limit=0.0012",
+                    f"hydra.run.dir={run_dir}"], cwd=workdir, timeout=120)
     rec = _record(run_dir)
-    assert rec["status"] == "failed" and "no AshPipe plan fits strategy.memory_limit" in rec["error"]
+    assert proc.returncode == 1 and rec["status"] == "failed"
+    assert "no AshPipe plan fits strategy.memory_limit" in rec["error"]
