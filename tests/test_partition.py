@@ -105,3 +105,15 @@ def test_planner_hand_computed_case():
 
     chosen = plan(_profile([0.0, 4.0, 4.0, 0.0], [1, 1, 1, 1], bandwidth=1e15), 4, global_batch=1)
     assert chosen.step_s == pytest.approx(2.0)
+
+
+def test_plan_command_prints_a_plan_without_training(tmp_path):
+    from tests.conftest import run_cli
+
+    proc = run_cli(["model=vit_tiny", "world_size=4", "train.global_batch=32", "strategy.bandwidth_gbps=10"],
+                   cwd=str(tmp_path), module="harness.plan", timeout=180)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = proc.stdout
+    assert "AshPipe plan for 4 workers" in out and "predicted time per minibatch" in out
+    assert "bottleneck" in out and "versus data parallelism on all 4 workers" in out
+    assert not (tmp_path / "outputs").exists()  # a plan is printed, not recorded
