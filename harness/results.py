@@ -31,7 +31,6 @@ from harness.record import RECORD_FILE, read
 
 # the device is "cpu", "cuda" or "simulated:<cluster>": simulated rows compare with simulated DP
 GROUP_KEYS = ["model", "data", "world_size", "global_batch", "device"]
-RUN_KEYS = ["strategy", *GROUP_KEYS, "micro_batches"]
 _COLUMNS = ["strategy", "model", "data", "world_size", "global_batch", "micro_batches", "seed", "device", "status", "throughput",
             "step_time_s", "speedup", "peak_memory_bytes", "me", "accuracy", "final_loss", "time_to_target_s",
             "error", "path", "simulated"]

@@ -20,13 +20,12 @@ from harness.errors import ConfigError
 
 
 def _cluster(cfg):
+    from dataclasses import fields
+
     from harness.simulator import Cluster
 
-    c = cfg.cluster
-    return Cluster(name=c.name, devices_per_node=c.devices_per_node, nodes=c.nodes, compute_scale=c.compute_scale,
-                   intra_node_gbps=c.intra_node_gbps, inter_node_gbps=c.inter_node_gbps, latency_us=c.latency_us,
-                   inter_latency_us=c.inter_latency_us, memory_gib=c.memory_gib,
-                   optimizer_s_per_byte=c.optimizer_s_per_byte)
+    # the config group mirrors the simulator's Cluster (plus use_profile_network, read by predict_spec)
+    return Cluster(**{f.name: cfg.cluster[f.name] for f in fields(Cluster)})
 
 
 def predict_spec(spec, cfg, profile):
@@ -45,7 +44,7 @@ def predict_spec(spec, cfg, profile):
     replicas = list(st.replicas) if st.replicas is not None else None
     boundaries = list(st.boundaries) if st.boundaries is not None else None
     recompute: set[int] = set()
-    if st.name == "hippie" and st.name != "dp":
+    if st.name == "hippie":
         S = len(replicas) if replicas else stages
         if boundaries is None and S > 1:
             boundaries = balanced_boundaries([l.forward_s + l.backward_s for l in profile.layers], S)

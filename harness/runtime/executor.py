@@ -14,7 +14,6 @@ import time
 from dataclasses import dataclass, field
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils.stateless import _reparametrize_module
 from torch.utils.checkpoint import checkpoint
@@ -22,7 +21,7 @@ from torch.utils.checkpoint import checkpoint
 from harness.comm import Comm, Pending
 from harness.runtime import schedule as sch
 from harness.runtime.topology import Topology, owned_range, transfers
-from harness.strategy import summed_loss
+from harness.strategy import eval_counts, summed_loss
 
 
 def _weights(module: nn.Module, version: dict[str, torch.Tensor]):
@@ -348,9 +347,10 @@ class StageExecutor:
             self._losses[a.micro] = loss
             self._run.loss += float(loss.detach())
         else:
-            self._run.correct += int((out.argmax(-1) == target).sum())
-            self._run.count += int(target.numel())
-            self._run.loss_sum += float(F.cross_entropy(out.float(), target, reduction="sum"))
+            correct, count, loss_sum = eval_counts(out, target)
+            self._run.correct += int(correct)
+            self._run.count += int(count)
+            self._run.loss_sum += loss_sum
         if not self._training:
             self._inputs.pop(a.micro, None)
 

@@ -18,7 +18,6 @@ from typing import Callable
 
 # op codes
 RECV_F, FWD, SEND_F, RECV_B, BWD, SEND_B, STEP = "RECV_F", "F", "SEND_F", "RECV_B", "B", "SEND_B", "STEP"
-_COMPUTE = (FWD, BWD, STEP)
 
 
 @dataclass(frozen=True)
