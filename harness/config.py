@@ -149,7 +149,9 @@ class ClusterConfig:
     latency_us: float = 60.0
     inter_latency_us: float = 60.0
     memory_gib: float = 24.0
-    optimizer_s_per_byte: float = 0.0
+    # communication runs on the computing cores (gloo on CPUs): sends occupy the sender,
+    # all-reduces do not overlap the backward
+    comm_uses_compute: bool = False
     # use the bandwidth and latency measured into the profile (simulating the profiled machine itself)
     use_profile_network: bool = False
 

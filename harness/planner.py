@@ -70,9 +70,11 @@ class Profile:
     batch: int  # samples per measurement
     optimizer_state_per_param_byte: float = 2.0  # AdamW keeps two moments
     meta: dict = field(default_factory=dict)
-    # measured whole training step (forward, loss, backward, optimizer) over the sum of the
-    # isolated layer times at the same batch: what layer-by-layer timing leaves out
+    # measured forward, loss and backward of a whole model over the sum of the isolated layer
+    # times at the same batch: what layer-by-layer timing leaves out
     step_factor: float = 1.0
+    # measured optimizer update (AdamW) seconds per parameter byte
+    optimizer_s_per_byte: float = 0.0
     version: int = PROFILE_VERSION
 
     def to_json(self) -> str:
@@ -86,7 +88,8 @@ class Profile:
         return Profile(layers=[LayerProfile(**l) for l in d["layers"]], network=Network(**d["network"]),
                        device=d["device"], batch=d["batch"],
                        optimizer_state_per_param_byte=d.get("optimizer_state_per_param_byte", 2.0),
-                       meta=d.get("meta", {}), step_factor=d.get("step_factor", 1.0))
+                       meta=d.get("meta", {}), step_factor=d.get("step_factor", 1.0),
+                       optimizer_s_per_byte=d.get("optimizer_s_per_byte", 0.0))
 
 
 @dataclass

@@ -14,7 +14,9 @@ what each action costs on a given cluster, from a measured profile
 - the step: the gradient all-reduce over the stage's replicas (ring:
   ``2 (n-1)/n x bytes / bandwidth``) minus what the strategy hides behind the
   last backward (Hippie's bucketed all-reduce and DDP overlap it; DeepSpeed and
-  AshPipe reduce after backward), plus the optimizer update.
+  AshPipe reduce after backward), plus the optimizer update measured into the
+  profile. Where communication runs on the computing cores (gloo on CPUs,
+  ``Cluster.comm_uses_compute``) nothing is hidden and a send occupies its sender.
 
 Synchronous strategies give the time of one iteration (fill, steady state and
 drain); AshPipe gives the steady-state interval between minibatches.
@@ -44,8 +46,9 @@ class Cluster:
     latency_us: float = 10.0
     inter_latency_us: float = 20.0
     memory_gib: float = 80.0
-    # optimizer update seconds per parameter byte on the profiled device (AdamW on CPU ~ 1e-9)
-    optimizer_s_per_byte: float = 0.0
+    # communication runs on the cores that compute (gloo on CPUs): a send keeps its sender
+    # busy and an all-reduce cannot hide behind the backward; GPUs with NCCL overlap both
+    comm_uses_compute: bool = False
 
     @property
     def devices(self) -> int:
@@ -153,9 +156,10 @@ def predict(profile: Profile, cluster: Cluster, strategy: str, world_size: int, 
         boundaries = balanced_boundaries([l.forward_s + l.backward_s for l in layers], S) if S > 1 else []
     ranges = stage_ranges(boundaries, n_layers)
     ranks = _stage_ranks(replicas)
-    # layer times measured in isolation, scaled to what a whole step measured on the same device took
+    # layer times measured in isolation, scaled to what a whole forward and backward measured on
+    # the same device took; the optimizer update is measured on its own (once per STEP)
     scale = cluster.compute_scale / profile.step_factor
-    opt_s = cluster.optimizer_s_per_byte / scale
+    opt_s = profile.optimizer_s_per_byte / cluster.compute_scale
 
     def share(s: int) -> float:  # samples one replica of stage s computes per micro-batch
         return global_batch / micro_batches / replicas[s]
@@ -180,7 +184,7 @@ def predict(profile: Profile, cluster: Cluster, strategy: str, world_size: int, 
         bw, lat = cluster.link(ranks[s][0], ranks[peer_stage][0])
         return nbytes / bw + lat
 
-    hides = strategy == "dp" or _SYNC.get(strategy, False)
+    hides = (strategy == "dp" or _SYNC.get(strategy, False)) and not cluster.comm_uses_compute
 
     def step(s: int) -> float:
         ar = cluster.allreduce_s(params(s), ranks[s])
@@ -202,14 +206,14 @@ def predict(profile: Profile, cluster: Cluster, strategy: str, world_size: int, 
 
     if strategy == "ashpipe":
         n = 4 * S + 8
-        timeline = sch.simulate(sch.async_1f1b(S, n), cost)
+        timeline = sch.simulate(sch.async_1f1b(S, n), cost, cluster.comm_uses_compute)
         # steady state: the interval between consecutive optimizer steps on the busiest stage
         steps = {s: [e.end for e in timeline.stage_events(s) if e.action.op == sch.STEP] for s in range(S)}
         window = slice(2 * S, n - S)
         iteration = max((v[window][-1] - v[window][0]) / (len(v[window]) - 1) for v in steps.values())
     else:
         kind = "gpipe" if strategy == "gpipe" else schedule
-        timeline = sch.simulate(sch.SCHEDULES[kind](S, micro_batches), cost)
+        timeline = sch.simulate(sch.SCHEDULES[kind](S, micro_batches), cost, cluster.comm_uses_compute)
         iteration = timeline.makespan
     span = timeline.makespan
     bubble = sum(timeline.idle_fraction(s) for s in range(S)) / S

@@ -180,13 +180,17 @@ def unit_cost(stage: int, action: Action) -> float:
     return 1.0 if action.op in (FWD, BWD) else 0.0
 
 
-def simulate(schedules: list[list[Action]], cost: Callable[[int, Action], float] = unit_cost) -> Timeline:
+def simulate(schedules: list[list[Action]], cost: Callable[[int, Action], float] = unit_cost,
+             blocking_sends: bool = False) -> Timeline:
     """Replay per-stage action lists; raise Deadlock if they cannot all finish.
 
-    Each stage runs its list in order. A send completes at once (its cost is
-    the transfer time seen by the receiver); a receive waits for the matching
-    send of the adjacent stage (same kind and micro-batch, FIFO) to arrive.
-    Every send must be received and every receive sent, or it is an error.
+    Each stage runs its list in order. A send's cost is its transfer time: the
+    message arrives that long after the send starts, and the sender goes on at
+    once (``blocking_sends=False``: a DMA engine or NCCL moves it) or only after
+    the transfer (``blocking_sends=True``: gloo on a CPU, where the sending
+    process copies the message itself). A receive waits for the matching send
+    of the adjacent stage (same kind and micro-batch, FIFO) to arrive. Every
+    send must be received and every receive sent, or it is an error.
     """
     n = len(schedules)
     pc = [0] * n
@@ -209,8 +213,9 @@ def simulate(schedules: list[list[Action]], cost: Callable[[int, Action], float]
                     dst = s + 1 if a.op == SEND_F else s - 1
                     if not 0 <= dst < n:
                         raise Deadlock(f"stage {s} sends {a} to a stage that does not exist")
-                    end = start
-                    arrived.setdefault(("F" if a.op == SEND_F else "B", a.micro, dst), []).append(start + cost(s, a))
+                    arrival = start + cost(s, a)
+                    end = arrival if blocking_sends else start
+                    arrived.setdefault(("F" if a.op == SEND_F else "B", a.micro, dst), []).append(arrival)
                 else:
                     end = start + cost(s, a)
                 timeline.events.append(Event(s, a, start, end))
