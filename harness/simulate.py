@@ -81,6 +81,7 @@ def main() -> None:
     from harness import record as record_mod
     from harness.app import CONFIG_DIR
     from harness.config import register_configs
+    from harness.profile import samples_per_compute
     from harness.spec import build_spec
 
     register_configs()
@@ -97,7 +98,12 @@ def main() -> None:
                 return  # the other points of the sweep go on
             raise SystemExit(2)
         rec = pred.record(spec.model.name, spec.data.name, cfg.cluster.name, cfg.cluster.memory_gib)
-        rec["profile"] = cfg.sim.profile
+        rec["profile"], rec["profile_batch"] = cfg.sim.profile, profile.batch
+        computes = samples_per_compute(spec)
+        if computes != profile.batch:
+            print(f"note: the profile was measured at {profile.batch} samples per forward, this "
+                  f"{spec.strategy.name} run computes {computes} per worker at a time; per-sample cost depends "
+                  "on it, so a profile taken with this strategy's settings predicts it more closely", file=sys.stderr)
         record_mod.write(HydraConfig.get().runtime.output_dir, rec)
         print(f"simulated {pred.strategy} w={pred.world_size} on {cfg.cluster.name}: {pred.throughput:.1f} samples/s "
               f"(iteration {pred.iteration_s * 1e3:.2f} ms), bubble {pred.bubble_fraction:.1%}, "
