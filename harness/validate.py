@@ -1,13 +1,14 @@
 """``python -m harness.validate``: the simulator against measured runs on this machine.
 
-Each repeat profiles the model, runs it for real and predicts it from that
-profile, for every validation configuration in turn, all through the same commands a user runs
-(``python -m harness.profile``, ``python -m harness``, ``python -m
-harness.simulate``). Repeats are interleaved in time, because a shared machine's
-speed drifts over tens of seconds: one run can differ from the next of the same
-configuration by more than the simulator's own error. The table gives, per
-configuration, the measured and predicted throughput (mean and spread over the
-repeats), the error of the means and the worst single-repeat error.
+Each repeat takes every validation configuration in turn: profile it (with its
+own settings), run it for real, predict it from that profile, all through the
+commands a user runs (``python -m harness.profile``, ``python -m harness``,
+``python -m harness.simulate``). A shared machine's speed drifts over tens of
+seconds, so one run can differ from the next of the same configuration by more
+than the simulator's own error; repeating the round spreads that drift over
+every configuration. The table gives, per configuration, the measured and
+predicted throughput (mean and spread over the repeats), the error of the means
+and the worst single-repeat error.
 
     python -m harness.validate --repeats 3 --out results/simulator_validation
 """
@@ -59,6 +60,7 @@ def validate_once(out: str, steps: int = 40, configs: dict[str, list[str]] = CON
         _cli("harness.simulate", [*overrides, *common, f"sim.profile={profile}", "cluster=local_cpu",
                                   "cluster.use_profile_network=true", f"hydra.run.dir={simulated_dir}"], cwd)
         pairs[name] = (_throughput(measured_dir), _throughput(simulated_dir))
+        print(f"  {name}: {pairs[name][0]:.1f} samples/s measured, {pairs[name][1]:.1f} predicted", flush=True)
     return pairs
 
 
@@ -90,10 +92,9 @@ def main(argv: list[str] | None = None) -> None:
     repeats = []
     for r in range(args.repeats):
         t0 = time.time()
+        print(f"repeat {r + 1}/{args.repeats} ({len(CONFIGS)} configurations, about 40 s each) ...", flush=True)
         repeats.append(validate_once(os.path.join(args.out, f"repeat{r}"), args.steps))
-        print(f"repeat {r + 1}/{args.repeats} ({time.time() - t0:.0f} s): "
-              + ", ".join(f"{k} {m:.0f} measured / {p:.0f} predicted" for k, (m, p) in repeats[-1].items()),
-              flush=True)
+        print(f"repeat {r + 1}/{args.repeats} took {time.time() - t0:.0f} s", flush=True)
     print(write_tables(args.out, repeats))
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from harness.planner import LayerProfile, Network, Profile
 from harness.simulator import Cluster, predict
-from harness.validate import validate_once
+from harness.validate import CONFIGS, validate_once
 from tests.conftest import run_cli
 
 
@@ -71,26 +71,43 @@ def test_the_optimizer_update_is_charged_once_per_step_from_the_profile():
 
 # One run on this shared 2-core machine differs from the next run of the same configuration by
 # up to 25% (results/simulator_validation/: dp 743-855 samples/s over three repeats, hippie
-# 608-713), so a single measurement is compared with a bound that stays clear of that noise; it
-# catches a broken cost model (a missing stage, a doubled transfer), while the simulator's own
-# error (within 15% on the mean of interleaved repeats) is what `python -m harness.validate` shows.
+# 608-713), and the profile a prediction comes from is one more such measurement, so a single
+# prediction can be more than 35% off by chance (seen once in CI: hippie +29%, pipelining +38%,
+# the next run within 12%). A configuration outside the bound, or ranked against a clear measured
+# gap, is therefore measured again, twice, and judged by its median error: chance does not repeat
+# three times, a broken cost model (a missing stage, a doubled transfer, no bubble) does. The
+# simulator's own error (within 15% on the mean of interleaved repeats) is what
+# `python -m harness.validate` shows.
 SINGLE_RUN_BOUND = 0.35
+REMEASURES = 2
+
+
+def _error(pair):
+    measured, predicted = pair
+    return predicted / measured - 1
+
+
+def _misjudged(pairs) -> set[str]:
+    """Configurations outside the bound, or ranked the other way round from a clear measured gap
+    (configurations the simulator predicts alike, such as hippie and pipelining on the same 1F1B
+    schedule, may come out either way)."""
+    names = {k for k, pair in pairs.items() if abs(_error(pair)) > SINGLE_RUN_BOUND}
+    for a, (measured_a, predicted_a) in pairs.items():
+        for b, (measured_b, predicted_b) in pairs.items():
+            if measured_a > 1.15 * measured_b and predicted_a < 0.97 * predicted_b:
+                names |= {a, b}
+    return names
 
 
 def test_predicted_throughput_is_close_to_measured_and_ranks_alike(workdir):
     """One repeat of ``python -m harness.validate``: each configuration profiled, measured and
     predicted, through the commands a user runs."""
     pairs = validate_once(workdir, steps=40, cwd=workdir)
-    measured = {k: m for k, (m, _) in pairs.items()}
-    predicted = {k: p for k, (_, p) in pairs.items()}
-    errors = {k: predicted[k] / measured[k] - 1 for k in pairs}
-    assert all(abs(e) <= SINGLE_RUN_BOUND for e in errors.values()), (measured, predicted, errors)
-    # the same order wherever the measured gap is clear; configurations the simulator predicts
-    # alike (hippie and pipelining run the same 1F1B schedule) may come out either way
-    for a in pairs:
-        for b in pairs:
-            if measured[a] > 1.15 * measured[b] and predicted[a] < 0.97 * predicted[b]:
-                raise AssertionError((a, b, measured, predicted))
+    for name in sorted(_misjudged(pairs)):
+        tries = [pairs[name]] + [validate_once(os.path.join(workdir, f"again{i}"), steps=40, cwd=workdir,
+                                               configs={name: CONFIGS[name]})[name] for i in range(REMEASURES)]
+        pairs[name] = sorted(tries, key=_error)[len(tries) // 2]
+    assert not _misjudged(pairs), {k: (*pair, _error(pair)) for k, pair in pairs.items()}
     for name in pairs:
         rec = json.load(open(os.path.join(workdir, "simulated", name, "metrics.json")))
         assert rec["simulated"] is True and rec["device"] == "simulated:local_cpu"
