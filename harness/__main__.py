@@ -3,7 +3,8 @@
 import os
 import sys
 
-from harness.app import main
+from harness.app import CONFIG_DIR, main
+from harness.config import refuse_unknown_choices
 
 if __name__ == "__main__":
     if len(sys.argv) == 1:
@@ -11,6 +12,7 @@ if __name__ == "__main__":
     if os.environ.get("RANK", "0") != "0" or os.environ.get("SLURM_PROCID", "0") != "0":
         # one rank of a torchrun/Slurm job: rank 0 alone writes the run directory
         sys.argv += ["hydra.output_subdir=null", "hydra/job_logging=none", "hydra/hydra_logging=none"]
+    refuse_unknown_choices(sys.argv[1:], CONFIG_DIR)
     main()
     from harness.results import SWEEP_FAILURES
 

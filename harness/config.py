@@ -9,6 +9,8 @@ stages than layers, ...) live in :mod:`harness.spec`.
 
 from __future__ import annotations
 
+import os
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -188,3 +190,39 @@ def register_configs() -> None:
     cs.store(group="strategy", name="strategy_schema", node=StrategyConfig)
     cs.store(group="logger", name="logger_schema", node=LoggerConfig)
     cs.store(group="cluster", name="cluster_schema", node=ClusterConfig)
+
+
+def unknown_choice(overrides: list[str], config_dir: str) -> str | None:
+    """The first override choosing a config-group option that has no file in ``conf/<group>/``,
+    as one line listing the options (Hydra's own refusal spreads them over a dozen lines with its
+    search path). Malformed overrides and interpolations are left to Hydra."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import ChoiceSweep
+
+    overrides = [a for a in overrides if "=" in a and not a.startswith("-")]  # not Hydra's flags (-m, -cn x)
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except Exception:
+        return None
+    for override in parsed:
+        group = override.key_or_group
+        folder = os.path.join(config_dir, group)
+        if group.startswith("hydra") or override.is_delete() or not os.path.isdir(folder):
+            continue
+        if override.is_sweep_override():
+            values = list(override.sweep_string_iterator()) if isinstance(override.value(), ChoiceSweep) else []
+        else:
+            values = [override.value()] if isinstance(override.value(), str) else []
+        options = sorted(name[: -len(".yaml")] for name in os.listdir(folder) if name.endswith(".yaml"))
+        for value in values:
+            if value not in options and not value.startswith("${"):
+                return f"unknown {group} '{value}': choose one of {', '.join(options)} (conf/{group}/)"
+    return None
+
+
+def refuse_unknown_choices(argv: list[str], config_dir: str) -> None:
+    """Exit 2 with one ``error:`` line before Hydra composes anything, if an option is unknown."""
+    message = unknown_choice(argv, config_dir)
+    if message:
+        print(f"error: {message}", file=sys.stderr)
+        raise SystemExit(2)

@@ -98,10 +98,11 @@ def main() -> None:
     from omegaconf import DictConfig
 
     from harness.app import CONFIG_DIR
-    from harness.config import register_configs
+    from harness.config import refuse_unknown_choices, register_configs
     from harness.spec import build_spec
 
     register_configs()
+    refuse_unknown_choices(sys.argv[1:], CONFIG_DIR)
 
     @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="config")
     def _plan(cfg: DictConfig) -> None:

@@ -80,11 +80,12 @@ def main() -> None:
 
     from harness import record as record_mod
     from harness.app import CONFIG_DIR
-    from harness.config import register_configs
+    from harness.config import refuse_unknown_choices, register_configs
     from harness.profile import samples_per_compute
     from harness.spec import build_spec
 
     register_configs()
+    refuse_unknown_choices(sys.argv[1:], CONFIG_DIR)
 
     @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="config")
     def _simulate(cfg: DictConfig) -> None:

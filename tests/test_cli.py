@@ -110,11 +110,16 @@ def test_layouts_that_cannot_run_are_refused_before_any_worker(workdir, override
     assert len(errors) == 1 and message in errors[0], proc.stderr
 
 
-@pytest.mark.parametrize("override", ["model=vit_nope", "strategy=nope", "data=imagenet"])
-def test_unknown_model_strategy_or_data_is_refused_by_hydra(workdir, override):
-    proc = run_cli([override, f"hydra.run.dir={workdir}/run"], cwd=workdir, timeout=60)
-    assert proc.returncode != 0 and "Traceback" not in proc.stderr
-    assert "Could not find" in proc.stderr and override.split("=")[1] in proc.stderr
+@pytest.mark.parametrize("overrides,option", [(["model=vit_nope"], "vit_micro"), (["strategy=nope"], "hippie"),
+                                              (["data=imagenet"], "cifar100"), (["-m", "strategy=dp,nope"], "hippie")])
+def test_unknown_model_strategy_or_data_is_refused_in_one_line(workdir, overrides, option):
+    proc = run_cli([*overrides, f"hydra.run.dir={workdir}/run", f"hydra.sweep.dir={workdir}/sweep"], cwd=workdir,
+                   timeout=60)
+    unknown = overrides[-1].split("=")[1].split(",")[-1]
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.splitlines() == [proc.stderr.splitlines()[0]], proc.stderr
+    assert proc.stderr.startswith("error: unknown ") and f"'{unknown}'" in proc.stderr and option in proc.stderr
+    assert not os.path.exists(os.path.join(workdir, "run")) and not os.path.exists(os.path.join(workdir, "sweep"))
 
 
 def test_a_memory_limit_no_plan_meets_is_refused_before_launch(workdir):
