@@ -8,6 +8,7 @@ line says what is wrong and how to fix it.
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass
 
@@ -137,7 +138,7 @@ def build_spec(cfg: DictConfig | RunConfig) -> RunSpec:
         gpus = torch.cuda.device_count()
         if gpus == 0:
             raise ConfigError("launch.device=cuda but no GPU is visible; use launch.device=cpu")
-        if rc.world_size > gpus and "WORLD_SIZE" not in __import__("os").environ:
+        if rc.world_size > gpus and "WORLD_SIZE" not in os.environ:
             raise ConfigError(f"world_size={rc.world_size} needs one GPU per worker but {gpus} are visible; lower world_size")
 
     if rc.strategy.name == "ashpipe" and t.micro_batches != 1:

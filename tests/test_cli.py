@@ -5,10 +5,12 @@ import json
 import os
 
 import pytest
+import torch
 from hydra.errors import ConfigCompositionException
 from omegaconf.errors import ConfigKeyError, ValidationError
 
-from tests.conftest import TINY, compose_config, run_cli
+from harness.errors import ConfigError
+from tests.conftest import TINY, compose_config, make_spec, run_cli
 
 
 def _record(run_dir):
@@ -82,6 +84,14 @@ def test_invalid_config_is_refused_in_one_line_before_any_worker(workdir, overri
     rec = _record(run_dir)
     assert rec["status"] == "failed" and message in rec["error"]
     assert "samples/s" not in proc.stdout + proc.stderr  # no training happened
+
+
+def test_more_workers_than_gpus_is_refused(monkeypatch):
+    # this machine has no GPU: only the count torch reports is replaced, the check itself is real
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    with pytest.raises(ConfigError, match="world_size=4 needs one GPU per worker but 2 are visible"):
+        make_spec("launch.device=cuda", "world_size=4")
 
 
 def test_results_command_without_records_says_so(workdir):
