@@ -6,9 +6,10 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from harness.data import replica_slice
 from harness.metrics import optimizer_state_tensors
-from harness.strategy import Strategy, eval_counts, make_optimizer, summed_eval, summed_loss
+from harness.planning.simulator import SimLayout
+from harness.strategies.base import Strategy, summed_eval
+from harness.training import eval_counts, make_optimizer, replica_slice, summed_loss
 
 
 class DDPStrategy(Strategy):
@@ -22,8 +23,13 @@ class DDPStrategy(Strategy):
         self.ddp = DistributedDataParallel(
             self.model, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None
         )
-        self.optimizer = make_optimizer(self.model.parameters(), spec)
+        self.optimizer = make_optimizer(self.model.parameters(), spec.train)
         self.share = replica_slice(spec.train.global_batch, ctx.world_size, ctx.rank)
+
+    @classmethod
+    def simulated(cls, spec, profile, cluster):
+        # one stage of all workers; DDP's bucketed all-reduce overlaps the backward
+        return SimLayout(spec.strategy.name, [spec.world_size], [], 1, "1f1b", set(), hides_allreduce=True)
 
     def train_step(self, x, y):
         B = self.spec.train.global_batch

@@ -18,29 +18,38 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
 from harness.errors import ConfigError
-from harness.hippie import uniform_replicas
 from harness.metrics import optimizer_state_tensors
-from harness.runtime.build import check_layout, resolve_boundaries
-from harness.runtime.topology import Topology
-from harness.strategy import Strategy, make_optimizer, summed_eval
+from harness.strategies.base import PipelineKeys, Strategy, summed_eval
+from harness.strategies.layout import check_layout, resolve_boundaries, simulated_pipeline, uniform_replicas
+from harness.training import make_optimizer
 
-_PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def prepare_environment(device: str) -> None:
-    """Set before ``import deepspeed``: the accelerator and where its JIT ops are cached."""
+    """Set before ``import deepspeed``: the accelerator and where its JIT ops are cached (the
+    checkout's ``.cache/``; an installed package leaves torch's default, ``~/.cache``)."""
     if device == "cpu":
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
-    os.environ.setdefault("TORCH_EXTENSIONS_DIR", os.path.join(_PROJECT_ROOT, ".cache", "torch_extensions"))
+    if os.path.isfile(os.path.join(_CHECKOUT, "pyproject.toml")):
+        os.environ.setdefault("TORCH_EXTENSIONS_DIR", os.path.join(_CHECKOUT, ".cache", "torch_extensions"))
+
+
+@dataclass
+class DeepSpeedConfig(PipelineKeys):
+    # harness (our boundaries) | parameters | uniform | type:<regex> (DeepSpeed's own partitioning)
+    partition_method: str = "harness"
 
 
 class DeepSpeedPipeStrategy(Strategy):
     name = "deepspeed"
+    Config = DeepSpeedConfig
 
     @classmethod
     def check(cls, spec) -> None:
@@ -55,10 +64,31 @@ class DeepSpeedPipeStrategy(Strategy):
         if spec.strategy.recompute not in ("none", "all"):
             raise ConfigError("strategy=deepspeed supports strategy.recompute=none or all "
                               "(DeepSpeed's activation_checkpoint_interval 0 or 1)")
+        if spec.strategy.schedule != "1f1b":
+            raise ConfigError(f"strategy.schedule={spec.strategy.schedule}: DeepSpeed's pipeline engine runs 1f1b only")
+        method = spec.strategy.partition_method
+        if method not in ("harness", "parameters", "uniform") and not method.startswith("type:"):
+            raise ConfigError(f"strategy.partition_method={method} is not one of harness, parameters, uniform, "
+                              "type:<regex>")
+
+    @classmethod
+    def samples_per_forward(cls, spec) -> int:
+        return max(1, spec.train.global_batch // spec.train.micro_batches // uniform_replicas(spec)[0])
+
+    @classmethod
+    def variant(cls, spec) -> str:
+        return f"recompute={spec.strategy.recompute}" if spec.strategy.recompute != "none" else ""
+
+    @classmethod
+    def simulated(cls, spec, profile, cluster):
+        # the engine all-reduces after the last backward, not during it
+        return simulated_pipeline(spec, profile, uniform_replicas(spec), "1f1b", hides_allreduce=False,
+                                  recompute_rule=spec.strategy.recompute)
 
     def __init__(self, spec, layers, ctx, comm):
         super().__init__(spec, layers, ctx, comm)
         prepare_environment(ctx.device.type)
+        # lazy: DeepSpeed picks its accelerator when imported, so the environment must be set first
         import deepspeed
         from deepspeed.pipe import PipelineModule
 
@@ -67,11 +97,10 @@ class DeepSpeedPipeStrategy(Strategy):
         deepspeed.init_distributed(dist_backend=ctx.backend, auto_mpi_discovery=False, timeout=ctx.timeout)
 
         replicas = uniform_replicas(spec)
-        topo = Topology(tuple(replicas))
-        S, dp = topo.num_stages, replicas[0]
+        S, dp = len(replicas), replicas[0]
         self.layers, self.dp = layers, dp
         method = spec.strategy.partition_method
-        boundaries = resolve_boundaries(spec, layers, ctx, comm, topo) if method == "harness" else None
+        boundaries = resolve_boundaries(spec, layers, ctx, comm, replicas) if method == "harness" else None
 
         class HarnessPartitionedModule(PipelineModule):
             """PipelineModule cut at the harness's boundaries instead of DeepSpeed's own rule."""
@@ -91,7 +120,7 @@ class DeepSpeedPipeStrategy(Strategy):
         )
         self.module = module
         self.layer_range = (module._local_start, module._local_stop)
-        optimizer = make_optimizer(module.parameters(), spec)
+        optimizer = make_optimizer(module.parameters(), spec.train)
         B, m = spec.train.global_batch, spec.train.micro_batches
         config = {
             "train_batch_size": B,

@@ -13,24 +13,39 @@ from __future__ import annotations
 
 import contextlib
 import sys
+from dataclasses import dataclass
 from queue import Queue
+from typing import Optional
 
 import torch
 import torch.nn.functional as F
+import torchgpipe.pipeline
 from torch import nn
+from torchgpipe import GPipe
 
 from harness.errors import ConfigError
 from harness.metrics import optimizer_state_tensors
 from harness.models import num_layers
-from harness.runtime.build import check_layout
-from harness.runtime.partition import balanced_boundaries, check_boundaries, measure_layer_costs, stage_ranges
-from harness.strategy import EvalResult, Strategy, eval_counts, make_optimizer
+from harness.runtime.partition import balanced_boundaries, measure_layer_costs, stage_ranges
+from harness.strategies.base import EvalResult, Strategy, StrategyConfig
+from harness.strategies.layout import check_layout, simulated_pipeline
+from harness.training import eval_counts, make_optimizer
 
 _CHECKPOINT_MODES = ("always", "except_last", "never")
 
 
+@dataclass
+class GPipeConfig(StrategyConfig):
+    # one partition per device; unset: world_size (the only value torchgpipe can run)
+    stages: Optional[int] = None
+    boundaries: Optional[list[int]] = None
+    # torchgpipe's recomputation: always | except_last | never
+    checkpoint: str = "except_last"
+
+
 class GPipeStrategy(Strategy):
     name = "gpipe"
+    Config = GPipeConfig
 
     @classmethod
     def processes(cls, spec) -> int:
@@ -40,6 +55,8 @@ class GPipeStrategy(Strategy):
     def check(cls, spec) -> None:
         if spec.strategy.checkpoint not in _CHECKPOINT_MODES:
             raise ConfigError(f"strategy.checkpoint={spec.strategy.checkpoint} is not one of {', '.join(_CHECKPOINT_MODES)}")
+        if spec.strategy.stages is None:
+            spec.strategy.stages = spec.world_size
         stages = spec.strategy.stages
         if stages != spec.world_size:
             raise ConfigError(
@@ -48,13 +65,24 @@ class GPipeStrategy(Strategy):
             )
         check_layout(spec, [1] * stages)
 
+    @classmethod
+    def samples_per_forward(cls, spec) -> int:
+        return max(1, spec.train.global_batch // spec.train.micro_batches)
+
+    @classmethod
+    def variant(cls, spec) -> str:
+        return f"checkpoint={spec.strategy.checkpoint}" if spec.strategy.checkpoint != "except_last" else ""
+
+    @classmethod
+    def simulated(cls, spec, profile, cluster):
+        # fill-drain, one partition per device, no data parallelism (torchgpipe's recomputation not modelled)
+        return simulated_pipeline(spec, profile, [1] * spec.world_size, "gpipe", hides_allreduce=False)
+
     def __init__(self, spec, layers, ctx, comm):
         super().__init__(spec, layers, ctx, comm)
-        from torchgpipe import GPipe
-
         S = spec.strategy.stages
         if spec.strategy.boundaries is not None:
-            boundaries = check_boundaries(list(spec.strategy.boundaries), len(layers), S)
+            boundaries = list(spec.strategy.boundaries)
         else:
             micro = max(1, spec.train.global_batch // spec.train.micro_batches)
             size = spec.data.image_size
@@ -69,7 +97,7 @@ class GPipeStrategy(Strategy):
         self.devices = devices
         self.model = GPipe(nn.Sequential(*layers), balance=balance, devices=devices,
                            chunks=spec.train.micro_batches, checkpoint=spec.strategy.checkpoint)
-        self.optimizer = make_optimizer(self.model.parameters(), spec)
+        self.optimizer = make_optimizer(self.model.parameters(), spec.train)
 
     def train_step(self, x, y):
         self.model.train()
@@ -103,13 +131,10 @@ class GPipeStrategy(Strategy):
         """
         if self.ctx.device.type != "cpu":
             return contextlib.nullcontext()
-        import torchgpipe.pipeline
-
         return _patched(torchgpipe.pipeline, "spawn_workers", _inline_workers)
 
     def layout(self):
         return {"stage": "all", "devices": [str(d) for d in self.devices], "boundaries": self.boundaries}
-
 
 
 class _InlineQueue:

@@ -20,18 +20,19 @@ from torch.nn.parallel import DistributedDataParallel
 
 from harness.comm import new_group
 from harness.errors import ConfigError
-from harness.hippie import uniform_replicas
 from harness.metrics import optimizer_state_tensors
-from harness.runtime.build import check_layout, resolve_boundaries
 from harness.runtime.partition import stage_ranges
 from harness.runtime.topology import Topology
-from harness.strategy import Strategy, eval_counts, make_optimizer, summed_eval
+from harness.strategies.base import PipelineKeys, Strategy, summed_eval
+from harness.strategies.layout import check_layout, resolve_boundaries, simulated_pipeline, uniform_replicas
+from harness.training import eval_counts, make_optimizer
 
 _SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
 
 
 class PipeliningStrategy(Strategy):
     name = "pipelining"
+    Config = PipelineKeys
 
     @classmethod
     def check(cls, spec) -> None:
@@ -56,7 +57,7 @@ class PipeliningStrategy(Strategy):
         self.stage, self.replica = topo.stage_of(ctx.rank), topo.replica_of(ctx.rank)
         self.n_replicas, self.num_stages = n, S
 
-        boundaries = resolve_boundaries(spec, layers, ctx, comm, topo)
+        boundaries = resolve_boundaries(spec, layers, ctx, comm, replicas)
         ranges = stage_ranges(boundaries, len(layers))
         self.layer_range = ranges[self.stage]
         # all ranks create all groups, in the same order
@@ -69,13 +70,26 @@ class PipeliningStrategy(Strategy):
         if n > 1:
             submodule = DistributedDataParallel(self.module, process_group=dp_groups[self.stage],
                                                 device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None)
-        self.optimizer = make_optimizer(self.module.parameters(), spec)
+        self.optimizer = make_optimizer(self.module.parameters(), spec.train)
 
         m = spec.train.micro_batches
         self.local_batch = spec.train.global_batch // n
         # shapes are inferred by pipelining on the first (untimed) step, as its users run it
         self.pipe_stage = PipelineStage(submodule, self.stage, S, ctx.device, group=pipe_groups[self.replica])
         self.schedule = _SCHEDULES[spec.strategy.schedule](self.pipe_stage, n_microbatches=m, loss_fn=self._loss)
+
+    @classmethod
+    def samples_per_forward(cls, spec) -> int:
+        return max(1, spec.train.global_batch // spec.train.micro_batches // uniform_replicas(spec)[0])
+
+    @classmethod
+    def variant(cls, spec) -> str:
+        return spec.strategy.schedule if spec.strategy.schedule != "1f1b" else ""
+
+    @classmethod
+    def simulated(cls, spec, profile, cluster):
+        # DDP across pipeline replicas overlaps the all-reduce with the last backward
+        return simulated_pipeline(spec, profile, uniform_replicas(spec), spec.strategy.schedule, hides_allreduce=True)
 
     @staticmethod
     def _loss(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:

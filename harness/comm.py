@@ -15,6 +15,7 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
+from submitit.helpers import TorchDistributedEnvironment
 
 
 class CommTimeout(RuntimeError):
@@ -165,8 +166,6 @@ def env_rank_info() -> tuple[int, int, int] | None:
     if "RANK" in env and "WORLD_SIZE" in env and "MASTER_ADDR" in env:
         return int(env["RANK"]), int(env["WORLD_SIZE"]), int(env.get("LOCAL_RANK", 0))
     if "SLURM_PROCID" in env and int(env.get("SLURM_NTASKS", "1")) > 1:
-        from submitit.helpers import TorchDistributedEnvironment
-
         # submitit's own sbatch script sets this; under a plain srun we read Slurm's variables the same way
         os.environ.setdefault("SUBMITIT_EXECUTOR", "slurm")
         dist_env = TorchDistributedEnvironment().export(set_cuda_visible_devices=False, overwrite=True)

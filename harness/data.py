@@ -8,12 +8,18 @@ same seed gives the same batches under every strategy and layout.
 from __future__ import annotations
 
 import os
+import pickle
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
+from torchvision.datasets import CIFAR100
+from torchvision.datasets.utils import check_integrity
 
-from harness.config import DataConfig
 from harness.errors import ConfigError
+
+if TYPE_CHECKING:  # the schema sits in a higher layer; data only reads the fields
+    from harness.config.schema import DataConfig
 
 # CIFAR-100 channel statistics (used for both data sets, so inputs look alike)
 _MEAN = torch.tensor([0.5071, 0.4865, 0.4409]).view(1, 3, 1, 1)
@@ -71,11 +77,6 @@ def _checked_cifar100(verify_md5: bool):
     which file. With ``verify_md5`` off (data you generated in the official
     format) each file is instead checked by unpickling it.
     """
-    import pickle
-
-    from torchvision.datasets import CIFAR100
-    from torchvision.datasets.utils import check_integrity
-
     class CheckedCIFAR100(CIFAR100):
         def _check_integrity(self) -> bool:
             files = self.train_list + self.test_list + [[self.meta["filename"], self.meta["md5"]]]
@@ -135,6 +136,11 @@ def load(cfg: DataConfig, seed: int) -> Dataset:
     raise ConfigError(f"unknown data set '{cfg.name}'; use data=synthetic or data=cifar100")
 
 
+def train_size(cfg: DataConfig) -> int:
+    """Images in the training split, known without loading it (an epoch's length)."""
+    return cfg.train_size if cfg.name == "synthetic" else 50000
+
+
 def check_available(cfg: DataConfig) -> None:
     """Pre-launch check that the data set is there and intact, so workers never start on a bad one."""
     if cfg.name == "cifar100" and not cfg.download:
@@ -162,12 +168,3 @@ class BatchOrder:
         perm = torch.randperm(self.n, generator=torch.Generator().manual_seed(self.seed * 1_000_003 + epoch))
         return perm[k * self.global_batch : (k + 1) * self.global_batch]
 
-
-def replica_slice(batch_size: int, replicas: int, replica: int) -> slice:
-    """Contiguous share of a batch for one of ``replicas`` replicas.
-
-    Replica r takes ``(B + r) // n`` samples (AshPipe's rule), which sums to B
-    for any B >= n, so uneven batches are split without dropping samples.
-    """
-    start = sum((batch_size + r) // replicas for r in range(replica))
-    return slice(start, start + (batch_size + replica) // replicas)

@@ -19,9 +19,11 @@ import contextlib
 import os
 import resource
 import statistics
+import sys
 from typing import Iterable, Iterator
 
 import torch
+from torch.profiler import ProfilerActivity, profile
 
 
 def tensor_bytes(tensors: Iterable[torch.Tensor]) -> int:
@@ -65,8 +67,6 @@ class MemoryMeter:
             yield
             self.peak_bytes = int(torch.cuda.max_memory_allocated(self.device))
             return
-        from torch.profiler import ProfilerActivity, profile
-
         # Memory is recorded for the profiling thread only (profile_all_threads
         # drops memory events in torch 2.14): strategies that compute in other
         # threads run them inline for this step (Strategy.memory_step_context).
@@ -87,8 +87,6 @@ def _native_stderr_silenced() -> Iterator[None]:
     """Kineto prints start/stop and GPU-probe lines from C++ on every profile,
     whatever its log level; silence file descriptor 2 for the profiled step only.
     Python exceptions raised inside are still reported after it is restored."""
-    import sys
-
     sys.stderr.flush()
     saved = os.dup(2)
     devnull = os.open(os.devnull, os.O_WRONLY)

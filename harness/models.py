@@ -8,11 +8,15 @@ the list. Model code never talks to the network or to other processes.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 import torch.nn.functional as F
 from torch import nn
+from timm.models.vision_transformer import VisionTransformer
 
-from harness.config import ModelConfig
+if TYPE_CHECKING:  # the schema sits in a higher layer; models only read the fields
+    from harness.config.schema import ModelConfig
 
 
 class Embedding(nn.Module):
@@ -60,8 +64,6 @@ class Head(nn.Module):
 
 
 def build_timm_vit(cfg: ModelConfig) -> nn.Module:
-    from timm.models.vision_transformer import VisionTransformer
-
     return VisionTransformer(
         img_size=cfg.img_size,
         patch_size=cfg.patch_size,

@@ -1,4 +1,4 @@
-"""``python -m harness.validate``: the simulator against measured runs on this machine.
+"""``python -m harness.validate`` (``pipebench-validate``): the simulator against measured runs on this machine.
 
 Each repeat takes every validation configuration in turn: profile it (with its
 own settings), run it for real, predict it from that profile, all through the
@@ -21,6 +21,8 @@ import os
 import subprocess
 import sys
 import time
+
+import pandas as pd
 
 # name -> overrides; all on 2 CPU workers with the same partition (layer 3 starts stage 1)
 CONFIGS = {
@@ -66,7 +68,6 @@ def validate_once(out: str, steps: int = 40, configs: dict[str, list[str]] = CON
 
 def summarise(repeats: list[dict]):
     """Per configuration: measured and predicted mean and spread, error of the means, worst repeat."""
-    import pandas as pd
 
     rows = []
     for name in repeats[0]:
@@ -100,7 +101,6 @@ def main(argv: list[str] | None = None) -> None:
 
 def write_tables(out: str, repeats: list[dict]) -> str:
     """validation.csv (the summary) and validation.md (the summary, then every repeat)."""
-    import pandas as pd
 
     table = summarise(repeats)
     table.to_csv(os.path.join(out, "validation.csv"), index=False)

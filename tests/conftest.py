@@ -1,40 +1,22 @@
-"""Shared helpers: composing configs, running the CLI, spawning small worlds."""
+"""The suite mirrors the layout: unit/ (no processes), distributed/ (real gloo process groups),
+e2e/ (the commands, as a user runs them). Each folder's tests carry its marker, so
+``pytest -m "not e2e"`` is the fast loop and ``pytest -m unit`` the fastest."""
 
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import pytest
-from hydra import compose, initialize_config_dir
 
-from harness.app import CONFIG_DIR
-from harness.spec import RunSpec, build_spec
-
-ROOT = os.path.dirname(CONFIG_DIR)
-
-# small enough for 2 cores: a few steps of vit_micro on a small synthetic split
-TINY = [
-    "train.steps=5", "train.warmup_steps=1", "train.global_batch=16",
-    "data.train_size=256", "data.test_size=128", "logger.mode=disabled",
-]
+_KINDS = ("unit", "distributed", "e2e")
 
 
-def compose_config(overrides: list[str]):
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        return compose(config_name="config", overrides=overrides)
-
-
-def make_spec(*overrides: str) -> RunSpec:
-    return build_spec(compose_config(list(overrides)))
-
-
-def run_cli(args: list[str], cwd: str, timeout: float = 240, module: str = "harness", env: dict | None = None):
-    """``python -m <module> args`` as a user would run it, in ``cwd``."""
-    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", "WANDB_SILENT": "true", **(env or {})}
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=full_env, capture_output=True,
-                          text=True, timeout=timeout)
+def pytest_collection_modifyitems(config, items):
+    here = os.path.dirname(__file__)
+    for item in items:
+        kind = os.path.relpath(str(item.path), here).split(os.sep)[0]
+        if kind in _KINDS:
+            item.add_marker(getattr(pytest.mark, kind))
 
 
 @pytest.fixture

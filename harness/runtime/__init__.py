@@ -1,7 +1,10 @@
 """The in-repo pipeline runtime shared by Hippie and AshPipe.
 
 topology  stages, replicas, ranks and the samples each rank owns
-partition where to cut the layer list (measured costs or explicit boundaries)
+partition where to cut the layer list (balanced on measured costs)
 schedule  per-stage action lists as data, and a simulator for them
 executor  runs action lists on one rank over harness.comm
+stage     from a pipeline layout (plain data) to this rank's stage
+
+The runtime never reads a config: strategies hand it a PipelineLayout.
 """

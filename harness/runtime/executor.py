@@ -21,7 +21,7 @@ from torch.utils.checkpoint import checkpoint
 from harness.comm import Comm, Pending
 from harness.runtime import schedule as sch
 from harness.runtime.topology import Topology, owned_range, transfers
-from harness.strategy import eval_counts, summed_loss
+from harness.training import eval_counts, summed_loss
 
 
 def _weights(module: nn.Module, version: dict[str, torch.Tensor]):

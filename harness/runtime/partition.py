@@ -1,8 +1,9 @@
 """Where to cut the layer list into stages.
 
-Either explicit (``strategy.boundaries``: the index of the first layer of
-stages 1..S-1) or balanced on measured per-layer cost: the contiguous split
-that minimises the slowest stage, found by dynamic programming.
+Boundaries are the index of the first layer of stages 1..S-1. Given or
+balanced on measured per-layer cost: the contiguous split that minimises the
+slowest stage, found by dynamic programming. Checking given boundaries against
+the config is validation's job (:mod:`harness.strategies.layout`).
 """
 
 from __future__ import annotations
@@ -12,28 +13,12 @@ import time
 import torch
 from torch import nn
 
-from harness.errors import ConfigError
-
-
-def check_boundaries(boundaries: list[int], num_layers: int, num_stages: int) -> list[int]:
-    b = list(boundaries)
-    if len(b) != num_stages - 1:
-        raise ConfigError(
-            f"strategy.boundaries={b} must list {num_stages - 1} layer index(es) for {num_stages} stages "
-            "(the first layer of each stage after the first)"
-        )
-    if any(not 0 < x < num_layers for x in b) or any(x >= y for x, y in zip(b, b[1:])):
-        raise ConfigError(
-            f"strategy.boundaries={b} must be strictly increasing layer indices between 1 and {num_layers - 1}"
-        )
-    return b
-
 
 def balanced_boundaries(costs: list[float], num_stages: int) -> list[int]:
     """Contiguous split of ``costs`` into ``num_stages`` non-empty parts minimising the largest sum."""
     n = len(costs)
     if not 1 <= num_stages <= n:
-        raise ConfigError(f"cannot split {n} layers into {num_stages} stages; use at most {n} stages")
+        raise ValueError(f"cannot split {n} layers into {num_stages} stages")
     prefix = [0.0]
     for c in costs:
         prefix.append(prefix[-1] + c)

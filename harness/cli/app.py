@@ -1,0 +1,61 @@
+"""The task of ``python -m harness``: one run = validate, launch, record, mirror, summarise."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from omegaconf import DictConfig, OmegaConf
+
+from harness.config.spec import build_spec
+from harness.errors import ConfigError
+from harness.report import record as record_mod
+from harness.report import wandb_mirror
+from harness.run import launch
+
+
+def _known_fields(cfg: DictConfig) -> dict:
+    """What a refused run's record can still say about it (interpolations may be broken)."""
+    get = lambda key: OmegaConf.select(cfg, key, default=None, throw_on_missing=False)  # noqa: E731
+    return {"strategy": get("strategy.name"), "model": get("model.name"), "data": get("data.name"),
+            "world_size": get("world_size"), "global_batch": get("train.global_batch"),
+            "micro_batches": get("train.micro_batches")}
+
+
+def summary_line(rec: dict, output_dir: str) -> str:
+    head = f"{rec.get('strategy')} w={rec.get('world_size')} {rec.get('model')}/{rec.get('data')}"
+    if rec.get("status") != "ok":
+        return f"FAILED {head}: {rec.get('error')}  [{output_dir}]"
+    mem = rec.get("peak_memory_bytes")
+    mem_s = f"{mem / 2**20:.1f} MiB" if mem else "n/a"
+    speed = (f"{rec['throughput']:.1f} samples/s (step {rec['step_time_s'] * 1e3:.1f} ms)" if rec.get("throughput")
+             else "no timed step")
+    return (f"ok {head}: {speed}, peak {mem_s}/rank, top-1 {rec['accuracy'] * 100:.1f}%, "
+            f"loss {rec['final_loss']:.3f}  [{output_dir}]")
+
+
+def run_task(cfg: DictConfig) -> None:
+    """One job of ``python -m harness`` (a single run, or one point of a sweep)."""
+    hc = HydraConfig.get()
+    output_dir = hc.runtime.output_dir
+    multirun = hc.mode == RunMode.MULTIRUN
+    try:
+        spec = build_spec(cfg)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        record_mod.write(output_dir, record_mod.failed_record(_known_fields(cfg), f"invalid config: {e}"))
+        if multirun:
+            return  # the other jobs of the sweep go on; the table shows this one as failed
+        raise SystemExit(2)
+
+    spec.output_dir = output_dir
+    rec = launch.run(spec, output_dir)
+    if rec.get("status") == "running":  # a non-zero rank under torchrun/Slurm: rank 0 reports
+        return
+    group = spec.logger.group or (os.path.basename(os.path.normpath(hc.sweep.dir)) if multirun else None)
+    wandb_mirror.mirror(rec, output_dir, spec.logger.mode, spec.logger.project, spec.logger.entity, group)
+    print(summary_line(rec, output_dir), file=sys.stderr if rec["status"] != "ok" else sys.stdout, flush=True)
+    if rec["status"] != "ok" and not multirun:
+        raise SystemExit(1)

@@ -1,0 +1,187 @@
+"""Structured-config schema for every run.
+
+The dataclasses here are registered in Hydra's ConfigStore as the schema of the
+primary config and of each config group, so a misspelt key or a value of the
+wrong type is refused by Hydra while composing, before any process starts.
+Semantic checks that need more than types (a batch that cannot be split, more
+stages than layers, ...) live in :mod:`harness.config.spec`.
+
+The ``strategy`` node's schema is the union of every strategy's own keys
+(each strategy's ``Config``), all unset (None) unless a yaml or an override
+sets them: Hydra checks their types, and :func:`harness.config.spec.build_spec`
+refuses a key that belongs to another strategy in one line. One union schema
+(rather than one per strategy) lets a sweep over ``strategy=`` share overrides
+such as ``strategy.recompute`` and lets a refused job fail alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+from harness.config.registry import strategy_classes
+
+
+@dataclass
+class ModelConfig:
+    """A timm Vision Transformer with a 100-class head."""
+
+    name: str = MISSING
+    img_size: int = 32
+    patch_size: int = 4
+    embed_dim: int = 192
+    depth: int = 12
+    num_heads: int = 3
+    mlp_ratio: float = 4.0
+    num_classes: int = 100
+
+
+@dataclass
+class DataConfig:
+    name: str = MISSING  # synthetic | cifar100
+    root: str = "data/cifar100"
+    download: bool = False
+    # check the official MD5 sums (turn off for data you generated in the official format)
+    verify_md5: bool = True
+    # synthetic only: how many images to generate per split
+    train_size: int = 10000
+    test_size: int = 2000
+    # synthetic only: per-pixel noise around each class prototype; higher is harder
+    noise: float = 0.6
+    num_classes: int = 100
+    image_size: int = 32
+
+
+@dataclass
+class TrainConfig:
+    global_batch: int = 64
+    micro_batches: int = 1
+    steps: int = 100
+    # if set, overrides steps with epochs * (train_size // global_batch)
+    epochs: Optional[int] = None
+    # steps excluded from timing (first iterations pay one-time costs)
+    warmup_steps: int = 3
+    optimizer: str = "adamw"  # adamw | sgd
+    lr: float = 2e-3
+    weight_decay: float = 0.0
+    momentum: float = 0.9
+    # evaluate on the test split every this many steps (0: only at the end)
+    eval_every: int = 0
+    # cap on test images evaluated (0: the whole split)
+    eval_samples: int = 0
+    # accuracy that defines time-to-accuracy in the record
+    target_accuracy: float = 0.05
+    # measure live training bytes with the allocator profiler during the last step (CPU)
+    measure_memory: bool = True
+    # save every rank's parameters and optimizer state every N steps and at the end (0: never)
+    checkpoint_every: int = 0
+    # continue from a checkpoint: a run directory (its latest checkpoint) or a checkpoints/step<N> folder
+    resume: Optional[str] = None
+
+
+@dataclass
+class LaunchConfig:
+    # seconds every collective and point-to-point operation may take
+    collective_timeout: float = 120.0
+    # seconds after the first worker failure by which all workers are ended
+    failure_timeout: float = 30.0
+    # cpu | cuda | auto (cuda when available)
+    device: str = "cpu"
+    # torch intra-op threads per worker (0: cores / workers, at least 1)
+    threads_per_worker: int = 0
+    backend: str = "auto"  # auto | gloo | nccl
+    # fault injection, to test failure handling on a cluster: none | raise | exit | hang
+    fault: str = "none"
+    fault_rank: int = 1
+    fault_step: int = 2
+
+
+@dataclass
+class LoggerConfig:
+    mode: str = "offline"  # offline | online | disabled
+    project: str = "pipebench"
+    entity: Optional[str] = None
+    group: Optional[str] = None
+
+
+@dataclass
+class ClusterConfig:
+    """A cluster for the simulator (harness.simulator.Cluster); presets in conf/cluster/."""
+
+    name: str = "local_cpu"
+    devices_per_node: int = 2
+    nodes: int = 1
+    compute_scale: float = 1.0
+    intra_node_gbps: float = 2.8
+    inter_node_gbps: float = 2.8
+    latency_us: float = 60.0
+    inter_latency_us: float = 60.0
+    memory_gib: float = 24.0
+    # communication runs on the computing cores (gloo on CPUs): sends occupy the sender,
+    # all-reduces do not overlap the backward
+    comm_uses_compute: bool = False
+    # use the bandwidth and latency measured into the profile (simulating the profiled machine itself)
+    use_profile_network: bool = False
+
+
+@dataclass
+class SimConfig:
+    # profile JSON written by python -m harness.profile (None: measure on this machine first)
+    profile: Optional[str] = None
+    # where python -m harness.profile writes (None: profiles/<model>-<device>.json)
+    out: Optional[str] = None
+
+
+def strategy_schema(classes) -> type:
+    """The union of the strategies' ``Config`` keys, every one optional and unset."""
+    types: dict[str, Any] = {}
+    owners: dict[str, list[str]] = {}
+    for cls in classes:
+        for name, hint in typing.get_type_hints(cls.Config).items():
+            if name == "name":
+                continue
+            hint = hint if hint is Any else Optional[hint]  # unset (None) unless given
+            if name in types and types[name] != hint:
+                raise TypeError(f"strategy key '{name}' has type {hint} in {cls.__name__} but {types[name]} in "
+                                f"{', '.join(owners[name])}; give one key one type")
+            types[name] = hint
+            owners.setdefault(name, []).append(cls.__name__)
+    fields = [("name", str, MISSING), ("_target_", str, MISSING)]
+    fields += [(name, hint, field(default=None)) for name, hint in types.items()]
+    schema = dataclasses.make_dataclass("StrategyConfig", fields)
+    schema.__module__ = __name__  # importable by name, like the other schemas
+    return schema
+
+
+StrategyConfig = strategy_schema(strategy_classes().values())
+
+
+@dataclass
+class RunConfig:
+    model: ModelConfig = MISSING
+    data: DataConfig = MISSING
+    strategy: StrategyConfig = MISSING
+    logger: LoggerConfig = MISSING
+    train: TrainConfig = field(default_factory=TrainConfig)
+    launch: LaunchConfig = field(default_factory=LaunchConfig)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    sim: SimConfig = field(default_factory=SimConfig)
+    world_size: int = 1
+    seed: int = 0
+    # free-form tag recorded with the run (e.g. the experiment name)
+    tag: str = ""
+
+
+def register_configs() -> None:
+    cs = ConfigStore.instance()
+    cs.store(name="run_schema", node=RunConfig)
+    cs.store(group="model", name="model_schema", node=ModelConfig)
+    cs.store(group="data", name="data_schema", node=DataConfig)
+    cs.store(group="strategy", name="strategy_schema", node=StrategyConfig)
+    cs.store(group="logger", name="logger_schema", node=LoggerConfig)
+    cs.store(group="cluster", name="cluster_schema", node=ClusterConfig)

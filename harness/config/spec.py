@@ -1,0 +1,182 @@
+"""From a composed Hydra config to a validated run spec, before any process starts.
+
+Hydra's structured schema already refuses unknown keys and wrong types; the
+checks here need more than types (a batch that cannot be split, more workers
+than GPUs, a missing data set, ...). Each failure is a ConfigError whose one
+line says what is wrong and how to fix it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from dataclasses import dataclass, field
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from harness import data as data_mod
+from harness.config.registry import strategy_class, strategy_classes
+from harness.config.schema import DataConfig, LaunchConfig, LoggerConfig, ModelConfig, RunConfig, TrainConfig
+from harness.errors import ConfigError
+from harness.strategies.base import PIPELINE_KEYS, Strategy, StrategyConfig
+from harness.training import OPTIMIZERS
+
+_LOGGER_MODES = ("offline", "online", "disabled")
+
+
+@dataclass
+class RunSpec:
+    model: ModelConfig
+    data: DataConfig
+    strategy: StrategyConfig  # the strategy's own Config: only the keys it reads
+    train: TrainConfig
+    launch: LaunchConfig
+    logger: LoggerConfig
+    world_size: int
+    seed: int
+    tag: str
+    steps: int  # resolved from train.steps or train.epochs
+    device: str  # cpu | cuda
+    strategy_cls: type[Strategy] = Strategy
+    # pipeline keys (stages, boundaries, schedule, recompute) a sweep set that this strategy has no concept of
+    ignored: dict = field(default_factory=dict)
+    steps_per_epoch: int = 0
+    output_dir: str = ""  # the run's directory (set at launch; workers write checkpoints there)
+
+    @property
+    def timed_steps(self) -> int:
+        return self.steps - self.train.warmup_steps - (1 if self.train.measure_memory else 0)
+
+    def summary(self) -> dict:
+        """The fields every record carries about what was run."""
+        return {
+            "strategy": self.strategy.name,
+            "model": self.model.name,
+            "data": self.data.name,
+            "world_size": self.world_size,
+            "global_batch": self.train.global_batch,
+            "micro_batches": self.train.micro_batches,
+            "steps": self.steps,
+            "seed": self.seed,
+            "device": self.device,
+            "tag": self.tag,
+            "variant": self.variant(),
+            "ignored_strategy_keys": self.ignored,
+        }
+
+    def variant(self) -> str:
+        """The strategy options that tell two runs of one strategy apart in a table."""
+        return self.strategy_cls.variant(self)
+
+
+def checkpoint_folder(path: str) -> str:
+    """The ``checkpoints/step<N>`` folder that ``train.resume=path`` means."""
+    latest = os.path.join(path, "checkpoints", "latest")
+    if os.path.isfile(latest):
+        with open(latest) as f:
+            return os.path.join(path, "checkpoints", f.read().strip())
+    if os.path.isfile(os.path.join(path, "rank0.pt")):
+        return path
+    raise ConfigError(f"train.resume={path} holds no checkpoint (no checkpoints/latest, no rank0.pt); "
+                      "point it at a run directory written with train.checkpoint_every>0")
+
+
+def _positive(name: str, value, minimum: int = 1) -> None:
+    if value is None or value < minimum:
+        raise ConfigError(f"{name}={value} must be at least {minimum}")
+
+
+def build_spec(cfg: DictConfig | RunConfig) -> RunSpec:
+    """Validate ``cfg`` and resolve derived values; raises ConfigError on bad input."""
+    rc: RunConfig = OmegaConf.to_object(cfg) if isinstance(cfg, DictConfig) else cfg
+    t, launch = rc.train, rc.launch
+
+    _positive("world_size", rc.world_size)
+    _positive("train.global_batch", t.global_batch)
+    _positive("train.micro_batches", t.micro_batches)
+    if t.global_batch < t.micro_batches:
+        raise ConfigError(
+            f"train.global_batch={t.global_batch} cannot be split into train.micro_batches={t.micro_batches}; "
+            "raise the batch or lower the micro-batch count"
+        )
+    if t.warmup_steps < 0:
+        raise ConfigError(f"train.warmup_steps={t.warmup_steps} must be 0 or more")
+    if rc.logger.mode not in _LOGGER_MODES:
+        raise ConfigError(f"logger.mode={rc.logger.mode} is not one of {', '.join(_LOGGER_MODES)}")
+    if t.optimizer not in OPTIMIZERS:
+        raise ConfigError(f"train.optimizer={t.optimizer} is not supported; use {' or '.join(OPTIMIZERS)}")
+    if rc.data.name not in ("synthetic", "cifar100"):
+        raise ConfigError(f"unknown data set '{rc.data.name}'; use data=synthetic or data=cifar100")
+    for key in ("depth", "embed_dim", "num_heads", "patch_size", "img_size"):
+        _positive(f"model.{key}", getattr(rc.model, key))
+    if rc.model.embed_dim % rc.model.num_heads:
+        raise ConfigError(f"model.embed_dim={rc.model.embed_dim} must be divisible by model.num_heads={rc.model.num_heads}")
+
+    steps_per_epoch = data_mod.train_size(rc.data) // t.global_batch
+    if t.epochs is not None:
+        _positive("train.epochs", t.epochs)
+        steps = t.epochs * steps_per_epoch
+    else:
+        steps = t.steps
+    _positive("train.steps", steps)
+
+    device = launch.device
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device not in ("cpu", "cuda"):
+        raise ConfigError(f"launch.device={device} is not one of cpu, cuda, auto")
+    if device == "cuda":
+        gpus = torch.cuda.device_count()
+        if gpus == 0:
+            raise ConfigError("launch.device=cuda but no GPU is visible; use launch.device=cpu")
+        if rc.world_size > gpus and "WORLD_SIZE" not in os.environ:
+            raise ConfigError(f"world_size={rc.world_size} needs one GPU per worker but {gpus} are visible; lower world_size")
+
+    cls = strategy_class(rc.strategy.name)
+    strategy, ignored = strategy_config(cls, rc.strategy)
+    if not cls.takes_micro_batches and t.micro_batches != 1:
+        # a sweep may share micro_batches with the synchronous pipelines
+        print(f"note: strategy={cls.name} moves whole minibatches; train.micro_batches={t.micro_batches} does not "
+              "apply (recorded as 1)", file=sys.stderr)
+        t.micro_batches = 1
+    spec = RunSpec(
+        model=rc.model, data=rc.data, strategy=strategy, train=t, launch=launch, logger=rc.logger,
+        world_size=rc.world_size, seed=rc.seed, tag=rc.tag, steps=steps, device=device,
+        strategy_cls=cls, ignored=ignored, steps_per_epoch=steps_per_epoch,
+    )
+    if spec.timed_steps < 1:
+        raise ConfigError(
+            f"train.steps={steps} leaves no timed step after {t.warmup_steps} warm-up step(s)"
+            + (" and the memory step" if t.measure_memory else "")
+            + f"; use train.steps>={t.warmup_steps + 1 + int(t.measure_memory)} or lower train.warmup_steps"
+        )
+    if launch.fault not in ("none", "raise", "exit", "hang"):
+        raise ConfigError(f"launch.fault={launch.fault} is not one of none, raise, exit, hang")
+    if t.checkpoint_every < 0:
+        raise ConfigError(f"train.checkpoint_every={t.checkpoint_every} must be 0 (off) or a number of steps")
+    if t.resume is not None:
+        checkpoint_folder(t.resume)  # refuses a path without a checkpoint
+    data_mod.check_available(rc.data)
+    cls.check(spec)
+    return spec
+
+
+def strategy_config(cls: type[Strategy], node) -> tuple[StrategyConfig, dict]:
+    """``cls``'s own Config from the composed ``strategy`` node, and the pipeline keys it ignores.
+
+    A key set for another strategy is refused in one line naming this strategy's keys; a pipeline
+    key this strategy has no concept of (a sweep over strategies sets it for all) is returned as
+    ignored, for the record."""
+    own = [f.name for f in dataclasses.fields(cls.Config) if f.name != "name"]
+    given = {k: v for k, v in vars(node).items() if v is not None and k not in ("name", "_target_")}
+    foreign = [k for k in given if k not in own and k not in PIPELINE_KEYS]
+    if foreign:
+        owners = sorted(n for n, c in strategy_classes().items() if foreign[0] in {f.name for f in dataclasses.fields(c.Config)})
+        raise ConfigError(
+            f"strategy.{foreign[0]}={given[foreign[0]]} does not apply to strategy={cls.name} (it is a key of "
+            f"{', '.join(owners)}); strategy={cls.name} takes " + (", ".join(f"strategy.{k}" for k in own) or "no strategy keys")
+        )
+    ignored = {k: v for k, v in given.items() if k not in own}
+    return cls.Config(name=cls.name, **{k: v for k, v in given.items() if k in own}), ignored

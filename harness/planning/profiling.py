@@ -1,0 +1,275 @@
+"""Measurements for the planner and the simulator: layer profiles, whole steps, the network.
+
+Per-layer forward and backward time, output bytes, bytes saved for backward and
+parameter bytes (identical blocks measured once), at the samples one worker
+computes per forward, with the threads one worker would have; the whole
+forward, loss and backward of a shortened model (the step factor that scales
+isolated layer times to a real pass) and the optimizer update, interleaved with
+the layer times; on a CPU, as many processes measuring side by side as a run
+has workers. Plus point-to-point and all-reduce bandwidth and latency between
+workers. Everything here takes plain values (:class:`Workload`), never a run
+config: the commands (``python -m harness.profile``, ``harness.plan``) and the
+AshPipe strategy build them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import tempfile
+import time
+from dataclasses import asdict, dataclass, replace
+
+import torch
+import torch.multiprocessing as mp
+from torch import nn
+
+from harness import comm as comm_mod
+from harness.host import cpu_worker_environment
+from harness.models import build_layers
+from harness.planning.planner import LayerProfile, Network, Profile
+from harness.training import make_optimizer, summed_loss
+
+
+@dataclass
+class Workload:
+    """What to profile: a model as harness.models builds it, at the batch one worker computes."""
+
+    model: object  # a model config (harness.models.build_layers reads it)
+    seed: int
+    image_size: int
+    samples: int  # per forward of one worker
+    workers: int  # workers of the run (they share a CPU host)
+    threads: int  # torch threads of one worker
+    train: object  # optimizer settings (harness.training.make_optimizer reads them)
+    num_classes: int
+
+
+def _saved_bytes(fn) -> tuple[object, int]:
+    """Run ``fn`` and return (its result, bytes of distinct non-parameter storages autograd saved)."""
+    saved: dict[int, int] = {}
+
+    def pack(t: torch.Tensor):
+        if not isinstance(t, nn.Parameter):
+            st = t.untyped_storage()
+            saved[st.data_ptr()] = st.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = fn()
+    return out, sum(saved.values())
+
+
+def profile_layers(layers: list[nn.Module], sample: torch.Tensor, repeats: int = 5,
+                   budget_s: float = 5.0) -> list[LayerProfile]:
+    """Measure each layer at ``sample``'s batch size on its device; per-sample figures.
+
+    Layers with the same type, parameter shapes and input shape are measured once
+    (ViT blocks are identical), which keeps profiling ViT-H/14 cheap.
+    """
+    batch = sample.shape[0]
+    cache: dict[tuple, LayerProfile] = {}
+    out_profiles = []
+    x = sample
+    for layer in layers:
+        key = (type(layer).__name__, tuple(tuple(p.shape) for p in layer.parameters()), tuple(x.shape))
+        param_bytes = sum(p.numel() * p.element_size() for p in layer.parameters())
+        if key in cache:
+            prof = LayerProfile(**{**asdict(cache[key]), "name": type(layer).__name__})
+            with torch.no_grad():
+                y = layer(x)
+        else:
+            fwd, bwd = [], []
+            spent = 0.0
+            for r in range(repeats + 1):
+                if r > 3 and spent > budget_s:  # large layers: enough samples for a stable median
+                    break
+                inp = x.detach().requires_grad_(x.is_floating_point())
+                _sync(x)
+                t0 = time.perf_counter()
+                y, saved = _saved_bytes(lambda: layer(inp))
+                _sync(y)
+                t1 = time.perf_counter()
+                y.backward(torch.ones_like(y))
+                _sync(y)
+                t2 = time.perf_counter()
+                spent += t2 - t0
+                if r:  # the first run warms up
+                    fwd.append(t1 - t0)
+                    bwd.append(t2 - t1)
+            layer.zero_grad(set_to_none=True)
+            prof = LayerProfile(type(layer).__name__, _median(fwd) / batch, _median(bwd) / batch,
+                                y[0].numel() * y.element_size(), saved // batch,
+                                x[0].numel() * x.element_size(), param_bytes)
+            cache[key] = prof
+        out_profiles.append(prof)
+        x = y.detach()
+    return out_profiles
+
+
+def _median(v: list[float]) -> float:
+    return sorted(v)[len(v) // 2]
+
+
+def _sync(t: torch.Tensor) -> None:
+    if t.device.type == "cuda":
+        torch.cuda.synchronize(t.device)
+
+
+def measure_network(comm, size_bytes: int = 8 * 2**20, repeats: int = 5) -> Network:
+    """Point-to-point (rank 0 -> 1) and all-reduce bandwidth over the job's workers. Collective."""
+    ctx = comm.ctx
+    n = size_bytes // 4
+    buf = torch.ones(n, device=ctx.device)
+    tiny = torch.ones(1, device=ctx.device)
+    p2p, lat, ar = [], [], []
+    for _ in range(repeats):
+        comm.barrier()
+        if ctx.world_size > 1 and ctx.rank in (0, 1):
+            peer = 1 - ctx.rank
+            t0 = time.perf_counter()
+            if ctx.rank == 0:
+                comm.isend(buf, peer).wait()
+                comm.irecv(tiny, peer).wait()
+            else:
+                comm.irecv(buf, peer).wait()
+                comm.isend(tiny, peer).wait()
+            p2p.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            if ctx.rank == 0:
+                comm.isend(tiny, peer).wait()
+                comm.irecv(tiny, peer).wait()
+            else:
+                comm.irecv(tiny, peer).wait()
+                comm.isend(tiny, peer).wait()
+            lat.append((time.perf_counter() - t0) / 2)
+        comm.barrier()
+        t0 = time.perf_counter()
+        comm.all_reduce(buf)
+        ar.append(time.perf_counter() - t0)
+    w = ctx.world_size
+    stats = torch.tensor([_median(p2p) if p2p else 0.0, _median(lat) if lat else 0.0, _median(ar)], dtype=torch.float64)
+    stats = comm.broadcast_object(stats.tolist(), src=0)
+    p2p_t, lat_t, ar_t = stats
+    return Network(p2p_bytes_per_s=size_bytes / max(p2p_t - lat_t, 1e-9) if p2p_t else float("inf"),
+                   allreduce_bytes_per_s=(2 * (w - 1) / w * size_bytes / ar_t) if w > 1 else float("inf"),
+                   latency_s=lat_t)
+
+
+def measure_local_network() -> Network:
+    """Bandwidth between two gloo workers on this machine."""
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(comm_mod.free_port())
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "net.pt")
+        mp.start_processes(_network_worker, args=(out,), nprocs=2, start_method="spawn")
+        return Network(**torch.load(out))
+
+
+def _network_worker(rank: int, out: str) -> None:
+    ctx = comm_mod.init_process_group(rank, 2, rank, "cpu", "gloo", 60)
+    try:
+        net = measure_network(comm_mod.Comm(ctx))
+        if rank == 0:
+            torch.save(asdict(net), out)
+    finally:
+        comm_mod.destroy()
+
+
+def measure_profile(work: Workload, device: torch.device, network: Network | None = None) -> Profile:
+    """The versioned profile of ``work`` on ``device`` (the network between two local workers unless given)."""
+    network = network or measure_local_network()
+    if device.type == "cpu" and work.workers > 1:
+        # the workers of a run share the machine's cores and memory bandwidth: measure with as
+        # many processes at once, each with a worker's threads, and keep the slowest one's figures
+        # (the slowest rank sets a run's step time)
+        processes = min(work.workers, os.cpu_count() or 1)
+        cpu_worker_environment()
+        side_by_side = mp.get_context("spawn").Barrier(processes)
+        with tempfile.TemporaryDirectory() as d:
+            mp.start_processes(_measure_worker, args=(work, device, side_by_side, d), nprocs=processes,
+                               start_method="spawn")
+            measured = [_load_measurement(os.path.join(d, f"{r}.json")) for r in range(processes)]
+        layers, pass_s, update_s = max(measured, key=lambda m: m[1])
+    else:
+        layers, pass_s, update_s = _measure(work, device)
+    short = _short(layers)
+    threads = work.threads if device.type == "cpu" else torch.get_num_threads()
+    meta = {"model": getattr(work.model, "name", None), "threads": threads, "torch": torch.__version__,
+            "python": platform.python_version(), "host": platform.node(), "cpus": os.cpu_count(),
+            "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
+            "step_factor_note": "forward, loss and backward of a shortened model / the sum of its layers' "
+                                "isolated times, measured by the same process; optimizer update timed on its own"}
+    return Profile(layers, network, str(device), work.samples, meta=meta,
+                   step_factor=pass_s / (sum(l.forward_s + l.backward_s for l in short) * work.samples),
+                   optimizer_s_per_byte=update_s / sum(l.param_bytes for l in short))
+
+
+def _short(layers: list) -> list:
+    """Embedding, two blocks and the head: every layer kind of a ViT. Its whole step against the
+    same layers' isolated times gives the step factor; identical blocks make it hold for the
+    full depth."""
+    return layers[:3] + layers[-1:] if len(layers) > 4 else layers
+
+
+def _measure(work: Workload, device: torch.device, side_by_side=None, rounds: int = 3):
+    """Per-layer times and whole-pass times of the shortened model, in this process.
+
+    The two are interleaved in rounds and each is the median over the rounds: a
+    shared machine's speed drifts over seconds, and measuring them together puts
+    the same drift in both, which keeps their ratio (the step factor) steady.
+    Workers measuring side by side start each round together."""
+    if device.type == "cpu":
+        torch.set_num_threads(work.threads)
+    layers = [layer.to(device) for layer in build_layers(work.model, work.seed)]
+    sample = torch.randn(work.samples, 3, work.image_size, work.image_size, device=device)
+    layer_rounds, passes, updates = [], [], []
+    for _ in range(rounds):
+        if side_by_side is not None:
+            side_by_side.wait(timeout=600)
+        layer_rounds.append(profile_layers(layers, sample, repeats=3))
+        pass_s, update_s = _whole_step_s(work, _short(layers), sample, repeats=6, budget_s=2.0)
+        passes.append(pass_s)
+        updates.append(update_s)
+    profiled = [replace(first, forward_s=statistics.median(r[i].forward_s for r in layer_rounds),
+                        backward_s=statistics.median(r[i].backward_s for r in layer_rounds))
+                for i, first in enumerate(layer_rounds[0])]
+    return profiled, statistics.median(passes), statistics.median(updates)
+
+
+def _measure_worker(rank: int, work: Workload, device, side_by_side, out_dir: str) -> None:
+    layers, pass_s, update_s = _measure(work, device, side_by_side)
+    with open(os.path.join(out_dir, f"{rank}.json"), "w") as f:
+        json.dump({"layers": [asdict(l) for l in layers], "pass_s": pass_s, "update_s": update_s}, f)
+
+
+def _load_measurement(path: str):
+    with open(path) as f:
+        d = json.load(f)
+    return [LayerProfile(**l) for l in d["layers"]], d["pass_s"], d["update_s"]
+
+
+def _whole_step_s(work: Workload, layers, sample: torch.Tensor, repeats: int, budget_s: float) -> tuple[float, float]:
+    """Median times of a real training step of ``layers`` on ``sample`` (one worker):
+    (forward, loss and backward; the optimizer update). Large models stop at the time budget."""
+    model = torch.nn.Sequential(*layers)
+    optimizer = make_optimizer(model.parameters(), work.train)
+    target = torch.randint(0, work.num_classes, (sample.shape[0],), device=sample.device)
+    passes, updates = [], []
+    started = time.perf_counter()
+    for r in range(repeats + 2):
+        if r > 4 and time.perf_counter() - started > budget_s:
+            break
+        t0 = time.perf_counter()
+        summed_loss(model(sample), target, sample.shape[0]).backward()
+        _sync(sample)
+        t1 = time.perf_counter()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        _sync(sample)
+        if r >= 2:  # the first two warm up
+            passes.append(t1 - t0)
+            updates.append(time.perf_counter() - t1)
+    return statistics.median(passes), statistics.median(updates)

@@ -1,0 +1,237 @@
+"""Scale-out predictions: the executor's own action lists, replayed with measured costs.
+
+One source of truth: the per-stage action lists come from
+:mod:`harness.runtime.schedule` (the lists the executor runs), and
+:func:`harness.runtime.schedule.simulate` replays them; this module only says
+what each action costs on a given cluster, from a measured profile
+(:class:`harness.planning.planner.Profile`):
+
+- forward / backward of a micro-batch on stage s: per-sample layer times x the
+  samples a replica computes, divided by the cluster's compute speed relative
+  to the profiled device (recomputed layers pay their forward twice);
+- a send: boundary activation (or gradient) bytes of the replica's share over
+  the link between the two stages' ranks (intra- or inter-node), plus latency;
+- the step: the gradient all-reduce over the stage's replicas (ring:
+  ``2 (n-1)/n x bytes / bandwidth``) minus what the layout hides behind the
+  last backward (``hides_allreduce``), plus the optimizer update measured into the
+  profile. Where communication runs on the computing cores (gloo on CPUs,
+  ``Cluster.comm_uses_compute``) nothing is hidden and a send occupies its sender.
+
+Each strategy describes what it runs as a :class:`SimLayout` (its class's
+``simulated`` method); nothing here depends on a strategy's name. Synchronous
+schedules give the time of one iteration (fill, steady state and drain); the
+asynchronous one gives the steady-state interval between minibatches.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from harness.planning.planner import Network, Profile
+from harness.runtime import schedule as sch
+from harness.runtime.partition import balanced_boundaries, stage_ranges
+
+ASYNC = "async_1f1b"  # the schedule name of PipeDream-style asynchronous 1F1B (AshPipe)
+
+
+@dataclass
+class SimLayout:
+    """What a strategy runs, as the simulator needs it (each strategy class builds its own)."""
+
+    strategy: str  # the label the prediction's record carries
+    replicas: list[int]  # per stage
+    boundaries: list[int]  # first layer of stages 1..S-1
+    micro_batches: int
+    schedule: str  # a key of harness.runtime.schedule.SCHEDULES, or ASYNC
+    recompute: set[int]  # global indices of recomputed layers
+    hides_allreduce: bool  # the gradient all-reduce overlaps the last backward (bucketed, as DDP does)
+    stashes_weights: bool = False  # every stage but the last keeps a weight copy per minibatch in flight
+
+
+@dataclass
+class Cluster:
+    name: str = "local"
+    devices_per_node: int = 8
+    nodes: int = 1
+    # compute speed relative to the device the profile was measured on
+    compute_scale: float = 1.0
+    intra_node_gbps: float = 100.0  # GB/s between devices of a node (NVLink ~ 150+, PCIe ~ 16)
+    inter_node_gbps: float = 12.5  # GB/s between nodes (100 Gb/s ~ 12.5)
+    latency_us: float = 10.0
+    inter_latency_us: float = 20.0
+    memory_gib: float = 80.0
+    # communication runs on the cores that compute (gloo on CPUs): a send keeps its sender
+    # busy and an all-reduce cannot hide behind the backward; GPUs with NCCL overlap both
+    comm_uses_compute: bool = False
+
+    @property
+    def devices(self) -> int:
+        return self.devices_per_node * self.nodes
+
+    def link(self, rank_a: int, rank_b: int) -> tuple[float, float]:
+        """(bytes/s, latency s) between two ranks."""
+        same = rank_a // self.devices_per_node == rank_b // self.devices_per_node
+        if same:
+            return self.intra_node_gbps * 1e9, self.latency_us * 1e-6
+        return self.inter_node_gbps * 1e9, self.inter_latency_us * 1e-6
+
+    def allreduce_s(self, nbytes: float, ranks: list[int]) -> float:
+        """Hierarchical ring all-reduce (NCCL's shape): a ring inside each node over the
+        node's link, then a ring across nodes over the network for the inter-node part."""
+        if len(ranks) <= 1:
+            return 0.0
+        per_node: dict[int, int] = {}
+        for r in ranks:
+            per_node[r // self.devices_per_node] = per_node.get(r // self.devices_per_node, 0) + 1
+        g, k = max(per_node.values()), len(per_node)
+        t = 0.0
+        if g > 1:
+            t += 2 * (g - 1) / g * nbytes / (self.intra_node_gbps * 1e9) + 2 * (g - 1) * self.latency_us * 1e-6
+        if k > 1:
+            t += 2 * (k - 1) / k * nbytes / (self.inter_node_gbps * 1e9) + 2 * (k - 1) * self.inter_latency_us * 1e-6
+        return t
+
+
+@dataclass
+class Prediction:
+    strategy: str
+    world_size: int
+    global_batch: int
+    micro_batches: int
+    replicas: list[int]
+    boundaries: list[int]
+    iteration_s: float
+    bubble_fraction: float
+    comm_s: float
+    peak_memory_per_stage: list[float]
+    timeline: sch.Timeline = field(repr=False, default=None)
+
+    @property
+    def throughput(self) -> float:
+        return self.global_batch / self.iteration_s
+
+    def record(self, model: str, data: str, cluster: str, memory_gib: float | None = None) -> dict:
+        """A results-table row marked as simulated (per-rank events kept for the timeline figure).
+
+        A layout whose predicted peak exceeds the cluster's memory per device is
+        recorded as failed, as the real run would fail."""
+        ranks = []
+        first = 0
+        for s, n in enumerate(self.replicas):
+            events = [(str(e.action), e.start, e.end) for e in self.timeline.stage_events(s)] if self.timeline else []
+            ranks.append({"rank": first, "layout": {"stage": s, "replicas": n}, "events": events})
+            first += n
+        mem = [m for m, n in zip(self.peak_memory_per_stage, self.replicas) for _ in range(n)]
+        status, error = "ok", None
+        if memory_gib is not None and max(mem) > memory_gib * 2**30:
+            status = "failed"
+            error = (f"predicted peak memory {max(mem) / 2**30:.1f} GiB exceeds the cluster's {memory_gib:g} GiB "
+                     "per device (out of memory)")
+        return {"status": status, "error": error, "simulated": True, "cluster": cluster, "strategy": self.strategy,
+                "model": model, "data": data, "world_size": self.world_size, "global_batch": self.global_batch,
+                "micro_batches": self.micro_batches, "throughput": self.throughput, "step_time_s": self.iteration_s,
+                "peak_memory_bytes": max(mem), "peak_memory_per_rank": mem, "bubble_fraction": self.bubble_fraction,
+                "comm_s": self.comm_s, "accuracy": None, "final_loss": None, "device": f"simulated:{cluster}",
+                "replicas": self.replicas, "boundaries": self.boundaries, "per_rank": ranks}
+
+
+def _stage_ranks(replicas: list[int]) -> list[list[int]]:
+    out, first = [], 0
+    for n in replicas:
+        out.append(list(range(first, first + n)))
+        first += n
+    return out
+
+
+def predict(profile: Profile, cluster: Cluster, layout: SimLayout, world_size: int, global_batch: int) -> Prediction:
+    """Replay ``layout``'s action lists with the profile's costs on ``cluster``."""
+    layers = profile.layers
+    n_layers = len(layers)
+    replicas, recompute, micro_batches = list(layout.replicas), set(layout.recompute), layout.micro_batches
+    boundaries = layout.boundaries
+    S = len(replicas)
+    if boundaries is None:
+        boundaries = balanced_boundaries([l.forward_s + l.backward_s for l in layers], S) if S > 1 else []
+    ranges = stage_ranges(boundaries, n_layers)
+    ranks = _stage_ranks(replicas)
+    # layer times measured in isolation, scaled to what a whole forward and backward measured on
+    # the same device took; the optimizer update is measured on its own (once per STEP)
+    scale = cluster.compute_scale / profile.step_factor
+    opt_s = profile.optimizer_s_per_byte / cluster.compute_scale
+
+    def share(s: int) -> float:  # samples one replica of stage s computes per micro-batch
+        return global_batch / micro_batches / replicas[s]
+
+    def fwd(s: int) -> float:
+        lo, hi = ranges[s]
+        return share(s) * sum(layers[i].forward_s for i in range(lo, hi)) / scale
+
+    def bwd(s: int) -> float:
+        lo, hi = ranges[s]
+        return share(s) * sum(layers[i].backward_s + (layers[i].forward_s if i in recompute else 0.0)
+                              for i in range(lo, hi)) / scale
+
+    def params(s: int) -> float:
+        lo, hi = ranges[s]
+        return float(sum(layers[i].param_bytes for i in range(lo, hi)))
+
+    def send(s: int, towards_next: bool) -> float:
+        boundary = ranges[s][1] - 1 if towards_next else ranges[s][0] - 1
+        nbytes = share(s) * layers[boundary].output_bytes
+        peer_stage = s + 1 if towards_next else s - 1
+        bw, lat = cluster.link(ranks[s][0], ranks[peer_stage][0])
+        return nbytes / bw + lat
+
+    hides = layout.hides_allreduce and not cluster.comm_uses_compute
+
+    def step(s: int) -> float:
+        ar = cluster.allreduce_s(params(s), ranks[s])
+        exposed = max(0.0, ar - bwd(s)) if hides else ar
+        return exposed + opt_s * params(s)
+
+    def cost(s: int, a: sch.Action) -> float:
+        if a.op == sch.FWD:
+            return fwd(s)
+        if a.op == sch.BWD:
+            return bwd(s)
+        if a.op == sch.SEND_F:
+            return send(s, True)
+        if a.op == sch.SEND_B:
+            return send(s, False)
+        if a.op == sch.STEP:
+            return step(s)
+        return 0.0
+
+    if layout.schedule == ASYNC:
+        n = 4 * S + 8
+        timeline = sch.simulate(sch.async_1f1b(S, n), cost, cluster.comm_uses_compute)
+        # steady state: the interval between consecutive optimizer steps on the busiest stage
+        steps = {s: [e.end for e in timeline.stage_events(s) if e.action.op == sch.STEP] for s in range(S)}
+        window = slice(2 * S, n - S)
+        iteration = max((v[window][-1] - v[window][0]) / (len(v[window]) - 1) for v in steps.values())
+    else:
+        timeline = sch.simulate(sch.SCHEDULES[layout.schedule](S, micro_batches), cost, cluster.comm_uses_compute)
+        iteration = timeline.makespan
+    span = timeline.makespan
+    bubble = sum(timeline.idle_fraction(s) for s in range(S)) / S
+    comm = max(sum(e.end - e.start for e in timeline.stage_events(s) if e.action.op in (sch.SEND_F, sch.SEND_B, sch.STEP))
+               for s in range(S)) * (iteration / span)
+
+    memory = []
+    for s in range(S):
+        lo, hi = ranges[s]
+        kept = sum(layers[i].input_bytes if i in recompute else layers[i].saved_bytes for i in range(lo, hi))
+        in_flight = timeline.max_in_flight(s)
+        p = params(s)
+        stash = in_flight * p if layout.stashes_weights and s < S - 1 else 0.0
+        memory.append(p * (2 + profile.optimizer_state_per_param_byte) + stash + in_flight * share(s) * kept)
+    return Prediction(layout.strategy, world_size, global_batch, micro_batches, list(replicas), list(boundaries),
+                      iteration, bubble, comm, memory, timeline)
+
+
+def scaled_profile(profile: Profile, cluster: Cluster, network: Network) -> Profile:
+    """The profile as the cluster's devices would measure it (compute divided by ``compute_scale``),
+    with the cluster's network: what a planner for that cluster should see."""
+    scaled = [type(l)(**{**asdict(l), "forward_s": l.forward_s / cluster.compute_scale,
+                         "backward_s": l.backward_s / cluster.compute_scale}) for l in profile.layers]
+    return Profile(scaled, network, profile.device, profile.batch, profile.optimizer_state_per_param_byte)

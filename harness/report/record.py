@@ -1,0 +1,78 @@
+"""One record per run: metrics.json in the run's output directory.
+
+The local file is the source of truth; wandb is a mirror of it (see
+harness.report.wandb_mirror). Writes are atomic (temporary file, fsync, rename), so a
+crash never leaves half a record.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # a record is made from a spec, never the other way round
+    from harness.config.spec import RunSpec
+
+RECORD_FILE = "metrics.json"
+
+
+def new_record(spec: RunSpec) -> dict:
+    return {
+        "status": "running",
+        "error": None,
+        **spec.summary(),
+        "throughput": None,
+        "step_time_s": None,
+        "peak_memory_bytes": None,
+        "peak_memory_per_rank": None,
+        "accuracy": None,
+        "final_loss": None,
+        "config": {
+            "model": vars(spec.model), "data": vars(spec.data), "strategy": vars(spec.strategy),
+            "train": vars(spec.train), "launch": vars(spec.launch),
+        },
+    }
+
+
+def failed_record(fields: dict, error: str) -> dict:
+    """A record for a run refused before it started (fields: whatever is known of it)."""
+    base = {k: None for k in ("strategy", "model", "data", "world_size", "global_batch", "micro_batches", "device",
+                              "throughput", "step_time_s", "peak_memory_bytes", "peak_memory_per_rank",
+                              "accuracy", "final_loss")}
+    return {**base, **fields, "status": "failed", "error": error}
+
+
+def _clean(obj):
+    """JSON has no NaN or infinity: store them as null."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    return obj
+
+
+def write(output_dir: str, record: dict) -> str:
+    os.makedirs(output_dir, exist_ok=True)
+    path = os.path.join(output_dir, RECORD_FILE)
+    fd, tmp = tempfile.mkstemp(prefix=".metrics.", dir=output_dir)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(_clean(record), f, indent=1, default=str)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+    return path
+
+
+def read(path: str) -> dict:
+    with open(path) as f:
+        return json.load(f)

@@ -1,0 +1,134 @@
+"""Starting the workers of one run, and turning their outcome into one record.
+
+Two ways in:
+- **spawn** (the default): this process starts ``world_size`` workers on this
+  machine with torch.multiprocessing, watches them, and ends all of them when
+  one fails (``launch.failure_timeout`` bounds how long that takes);
+- **join**: when torchrun or Slurm started this process as one rank
+  (RANK/WORLD_SIZE/MASTER_ADDR set), it trains as that rank; rank 0 writes the
+  record.
+Either way the record is written by this module, so a crashed worker still
+leaves ``metrics.json`` with ``status: failed``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import time
+import traceback
+
+import torch
+import torch.multiprocessing as tmp
+
+from harness import comm as comm_mod
+from harness.config.spec import RunSpec
+from harness.errors import ConfigError
+from harness.host import cpu_worker_environment, threads_per_process
+from harness.report import record as record_mod
+from harness.run.worker import train, worker_main
+
+_RESULT_FILE = ".worker_result.json"
+
+
+def run(spec: RunSpec, output_dir: str, progress: bool = True) -> dict:
+    """Train ``spec`` and return its record (also written to ``output_dir/metrics.json``)."""
+    os.makedirs(output_dir, exist_ok=True)
+    record = record_mod.new_record(spec)
+    started = time.perf_counter()
+    joined = comm_mod.env_rank_info()
+    try:
+        if joined is not None:
+            result = _run_joined(spec, joined)
+            if joined[0] != 0:
+                return record  # only rank 0 writes the record
+        else:
+            result = _run_spawned(spec, output_dir, progress)
+        record.update(result)
+        record["status"] = "ok"
+    except WorkerFailure as e:
+        record.update(status="failed", error=str(e), failed_rank=e.rank, traceback=e.details)
+    except ConfigError:
+        raise
+    except Exception as e:  # a failure in this process (joined mode): keep the record
+        record.update(status="failed", error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc(limit=8))
+    record["wall_time_s"] = time.perf_counter() - started
+    record_mod.write(output_dir, record)
+    return record
+
+
+class WorkerFailure(RuntimeError):
+    def __init__(self, rank: int | None, message: str, details: str | None = None):
+        super().__init__(message)
+        self.rank, self.details = rank, details
+
+
+def _run_joined(spec: RunSpec, info: tuple[int, int, int]) -> dict:
+    rank, world_size, local_rank = info
+    expected = spec.strategy_cls.processes(spec)
+    if world_size != expected:
+        raise ConfigError(
+            f"world_size={spec.world_size} with strategy={spec.strategy.name} needs {expected} process(es) "
+            f"but the launcher started {world_size}; start {expected} task(s) or change world_size"
+        )
+    torch.set_num_threads(threads_per_process(spec.launch.threads_per_worker, int(os.environ.get("LOCAL_WORLD_SIZE", 1))))
+    ctx = comm_mod.init_process_group(rank, world_size, local_rank, spec.device, spec.launch.backend, spec.launch.collective_timeout)
+    try:
+        return train(spec, ctx) or {}
+    finally:
+        comm_mod.destroy()
+
+
+def _run_spawned(spec: RunSpec, output_dir: str, progress: bool) -> dict:
+    result_path = os.path.join(output_dir, _RESULT_FILE)
+    if os.path.exists(result_path):
+        os.remove(result_path)
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(comm_mod.free_port())
+    n = spec.strategy_cls.processes(spec)
+    if spec.device == "cpu":
+        cpu_worker_environment()
+    ctx = tmp.start_processes(
+        worker_main, args=(spec, n, n, result_path, progress), nprocs=n, join=False, start_method="spawn",
+    )
+    try:
+        # join() returns True when all exited cleanly; on the first failure it
+        # terminates the others (SIGTERM, then SIGKILL after the grace period)
+        # and raises with the failing rank's traceback.
+        while not ctx.join(timeout=0.5, grace_period=spec.launch.failure_timeout):
+            pass
+    except tmp.ProcessRaisedException as e:
+        raise WorkerFailure(e.error_index, f"rank {e.error_index} raised {_last_line(str(e))}", str(e)) from None
+    except tmp.ProcessExitedException as e:
+        how = f"was killed by {signal.Signals(-e.exit_code).name}" if e.exit_code < 0 else f"exited with code {e.exit_code}"
+        raise WorkerFailure(e.error_index, f"rank {e.error_index} {how}") from None
+    finally:
+        _end_all(ctx)
+    with open(result_path) as f:
+        result = json.load(f)
+    os.remove(result_path)
+    return result
+
+
+def _end_all(ctx) -> None:
+    """Never leave a worker behind, whatever happened above."""
+    for p in ctx.processes:
+        if p.is_alive():
+            p.kill()
+    for p in ctx.processes:
+        p.join(timeout=5)
+
+
+_EXCEPTION_LINE = re.compile(r"^([A-Za-z_][\w.]*(Error|Exception|Interrupt|Timeout|Exit))(:.*)?$")
+
+
+def _last_line(text: str) -> str:
+    """The last 'SomeError: message' line of a traceback (messages may span lines)."""
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    for i in range(len(lines) - 1, -1, -1):
+        if _EXCEPTION_LINE.match(lines[i]):
+            rest = lines[i + 1 : i + 3] if lines[i].endswith(":") else []
+            return " ".join([lines[i], *rest])
+    return lines[-1] if lines else text

@@ -1,0 +1,206 @@
+"""The per-rank training loop shared by every strategy.
+
+It owns what must be identical across strategies for a fair comparison: the
+data order, which steps are timed, how memory is measured, when and how
+evaluation runs. Rank 0 gathers every rank's measurements into one result.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import torch
+
+from harness import comm as comm_mod
+from harness.config.spec import RunSpec, checkpoint_folder
+from harness.data import BatchOrder, load
+from harness.host import threads_per_process
+from harness.metrics import MemoryMeter, peak_rss_bytes, step_time_summary
+from harness.models import build_layers, count_parameters
+from harness.run.progress import StepProgress
+
+def train(spec: RunSpec, ctx: comm_mod.DistContext, progress: bool = True) -> dict | None:
+    """Train as ``spec`` says on this rank; returns the job's result on rank 0, else None."""
+    comm = comm_mod.Comm(ctx)
+    dataset = load(spec.data, spec.seed)
+    order = BatchOrder(len(dataset.train), spec.train.global_batch, spec.seed)
+    layers = build_layers(spec.model, spec.seed)
+    n_params = count_parameters(layers)
+    strategy = spec.strategy_cls(spec, layers, ctx, comm)
+    meter = MemoryMeter(ctx.device)
+
+    t, steps = spec.train, spec.steps
+    memory_step = steps - 1 if t.measure_memory else None
+    step_times: list[float] = []
+    timed: list[int] = []
+    loss_shares: list[float] = []
+    curve: list[dict] = []
+    bar = StepProgress(steps, t.global_batch, enabled=progress and ctx.is_main, label=spec.strategy.name)
+    del layers  # the strategy keeps what this rank needs
+    train_start = time.perf_counter()
+    reached_target_s = None
+
+    first_step = strategy.start_step()
+    if t.resume:
+        first_step = _resume(strategy, t.resume, ctx)
+    for step in range(first_step, steps):
+        _inject_fault(spec, ctx.rank, step)
+        x, y = dataset.train.batch(order.indices(step))
+        x, y = x.to(ctx.device, non_blocking=True), y.to(ctx.device, non_blocking=True)
+        if step == memory_step:
+            with strategy.memory_step_context(), meter.measure_step(strategy.resident_tensors(),
+                                                                    strategy.resident_extra_bytes()):
+                loss = strategy.train_step(x, y)
+            dt = None
+        else:
+            t0 = time.perf_counter()
+            loss = strategy.train_step(x, y)
+            if ctx.device.type == "cuda":
+                torch.cuda.synchronize(ctx.device)
+            dt = time.perf_counter() - t0
+            if step >= t.warmup_steps:
+                step_times.append(dt)
+                timed.append(step)
+        loss_shares.append(float(loss))
+        bar.update(dt)
+        if t.checkpoint_every and ((step + 1) % t.checkpoint_every == 0 or step + 1 == steps):
+            _save_checkpoint(strategy, spec, comm, step + 1)
+        if t.eval_every and (step + 1) % t.eval_every == 0 and step + 1 < steps:
+            point = _evaluate(strategy, dataset, spec, ctx)
+            point.update(step=step + 1, elapsed_s=time.perf_counter() - train_start)
+            curve.append(point)
+            if reached_target_s is None and point["accuracy"] >= t.target_accuracy:
+                reached_target_s = point["elapsed_s"]
+    strategy.finish_training()
+    train_time = time.perf_counter() - train_start
+    bar.close()
+
+    final = _evaluate(strategy, dataset, spec, ctx)
+    final.update(step=steps, elapsed_s=train_time)
+    curve.append(final)
+    if reached_target_s is None and final["accuracy"] >= t.target_accuracy:
+        reached_target_s = train_time
+
+    per_rank = {
+        "rank": ctx.rank,
+        "step_times": step_times,
+        "peak_memory_bytes": meter.peak_bytes,
+        "resident_bytes": meter.resident_bytes,
+        "peak_rss_bytes": peak_rss_bytes(),
+        "layout": strategy.layout(),
+        "loss_shares": loss_shares,
+        **_time_split(strategy.step_stats, timed),
+        **strategy.extra_metrics(),
+    }
+    gathered = comm.gather_objects(per_rank)
+    if not ctx.is_main:
+        return None
+
+    losses = [[step, sum(vals)] for step, vals in enumerate(zip(*(r.pop("loss_shares") for r in gathered)), start=first_step)]
+    timing = step_time_summary([r["step_times"] for r in gathered])
+    step_time = timing["step_time_s"]
+    peaks = [r["peak_memory_bytes"] for r in gathered]
+    return {
+        **timing,
+        "throughput": t.global_batch / step_time if step_time else None,
+        "peak_memory_bytes": max(p for p in peaks if p is not None) if any(p is not None for p in peaks) else None,
+        "peak_memory_per_rank": peaks,
+        "peak_rss_per_rank": [r["peak_rss_bytes"] for r in gathered],
+        "memory_method": "cuda_max_allocated" if ctx.device.type == "cuda" else ("cpu_profiler_live_bytes" if t.measure_memory else None),
+        "accuracy": final["accuracy"],
+        "test_loss": final["loss"],
+        "final_loss": losses[-1][1],
+        "loss_curve": losses,
+        "accuracy_curve": curve,
+        "time_to_target_s": reached_target_s,
+        "target_accuracy": t.target_accuracy,
+        "train_time_s": train_time,
+        "parameters": n_params,
+        "per_rank": gathered,
+    }
+
+
+def _inject_fault(spec: RunSpec, rank: int, step: int) -> None:
+    """launch.fault: make one rank fail on purpose, to see the job end cleanly."""
+    launch = spec.launch
+    if launch.fault == "none" or rank != launch.fault_rank or step != launch.fault_step:
+        return
+    if launch.fault == "raise":
+        raise RuntimeError(f"injected fault on rank {rank} at step {step} (launch.fault=raise)")
+    if launch.fault == "exit":
+        os._exit(3)
+    if launch.fault == "hang":
+        time.sleep(10**6)
+
+
+def _save_checkpoint(strategy, spec: RunSpec, comm, step: int) -> None:
+    """Every rank writes its own file atomically; rank 0 then points ``latest`` at the folder."""
+    folder = os.path.join(spec.output_dir, "checkpoints", f"step{step}")
+    os.makedirs(folder, exist_ok=True)
+    state = {**strategy.checkpoint_state(), "step": step, "strategy": spec.strategy.name,
+             "world_size": spec.world_size}
+    tmp = os.path.join(folder, f".rank{comm.ctx.rank}.pt.tmp")
+    torch.save(state, tmp)
+    os.replace(tmp, os.path.join(folder, f"rank{comm.ctx.rank}.pt"))
+    comm.barrier()
+    if comm.ctx.is_main:
+        latest = os.path.join(spec.output_dir, "checkpoints", "latest")
+        with open(latest + ".tmp", "w") as f:
+            f.write(f"step{step}\n")
+        os.replace(latest + ".tmp", latest)
+
+
+def _resume(strategy, path: str, ctx) -> int:
+    folder = checkpoint_folder(path)
+    state = torch.load(os.path.join(folder, f"rank{ctx.rank}.pt"), map_location=ctx.device)
+    strategy.load_checkpoint_state(state)
+    return int(state["step"])
+
+
+def _time_split(step_stats: list[dict], timed: list[int]) -> dict:
+    """Mean per timed step of where this rank's time went, and the events of the last timed step."""
+    stats = [step_stats[i] for i in timed if i < len(step_stats)]
+    if not stats:
+        return {}
+    keys = ("compute_s", "comm_s", "idle_s")
+    return {"time_split": {k: sum(s[k] for s in stats) / len(stats) for k in keys},
+            "events": stats[-1].get("events", [])}
+
+
+@torch.no_grad()
+def _evaluate(strategy, dataset, spec: RunSpec, ctx) -> dict:
+    """Top-1 and loss on the test split, in chunks of exactly the global batch.
+
+    Using the training batch shape lets every strategy evaluate (some baselines fix
+    their micro-batch shapes at build time); the tail that does not fill a batch
+    is left out, the same samples for every strategy.
+    """
+    test, B = dataset.test, spec.train.global_batch
+    limit = len(test) if spec.train.eval_samples <= 0 else min(spec.train.eval_samples, len(test))
+    correct = count = 0
+    loss_sum = 0.0
+    for start in range(0, limit - B + 1, B):
+        x, y = test.batch(torch.arange(start, start + B))
+        r = strategy.evaluate(x.to(ctx.device), y.to(ctx.device))
+        correct, count, loss_sum = correct + r.correct, count + r.count, loss_sum + r.loss_sum
+    return {"accuracy": correct / max(count, 1), "loss": loss_sum / max(count, 1), "count": count}
+
+
+def worker_main(rank: int, spec: RunSpec, world_size: int, local_world: int, result_path: str | None, progress: bool) -> None:
+    """Entry point of one spawned (or externally launched) worker process."""
+    torch.set_num_threads(threads_per_process(spec.launch.threads_per_worker, local_world))
+    ctx = comm_mod.init_process_group(
+        rank=rank, world_size=world_size, local_rank=rank % max(local_world, 1),
+        device=spec.device, backend=spec.launch.backend, timeout_s=spec.launch.collective_timeout,
+    )
+    try:
+        result = train(spec, ctx, progress=progress)
+        if result is not None and result_path:
+            tmp = result_path + ".tmp"
+            with open(tmp, "w") as f:
+                json.dump(result, f)
+            os.replace(tmp, result_path)
+    finally:
+        comm_mod.destroy()

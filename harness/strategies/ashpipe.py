@@ -1,0 +1,397 @@
+"""AshPipe (Hosoki et al., HPC Asia 2024) on our runtime, with Switch Parallelism in one job.
+
+- Asynchronous PipeDream-style 1F1B: one minibatch at a time, no flush; each
+  stage steps its optimizer after every backward
+  (:func:`harness.runtime.schedule.async_step`).
+- Weight stashing: a forward runs on a copy of the stage's weights, kept until
+  that minibatch's backward, so the backward uses exactly the weights its
+  forward used (the executor's ``stash_weights``); stage s keeps at most
+  ``S - s`` (warm-up + 1) copies besides its master weights.
+- Non-uniform replicas: ``strategy.replicas=[n_0, ...]``; every stage processes
+  the whole global batch, replica r of n taking ``(B + r) // n`` samples;
+  activations and gradients move many-to-many between overlapping slices;
+  each stage all-reduces (SUM) its gradients over its replicas after every
+  backward (the loss is summed and divided by B). Parameters are broadcast
+  from each stage's first rank at start.
+- Planner (``strategy.replicas`` unset): :mod:`harness.planning.planner`, on
+  layer costs measured on rank 0 and bandwidth measured between the workers.
+- Switch Parallelism: ``strategy.switch_step`` (or ``strategy.switch_epoch``)
+  trains plain data parallelism first, then switches to the hybrid plan inside
+  the same job. At the switch every rank already holds all weights and
+  optimizer state (DP replicas are identical), so each keeps its stage's
+  parameters and their optimizer state and drops the rest; nothing is sent.
+  A checkpoint of each rank's stage is written at the switch
+  (``<run dir>/switch_checkpoint/rank<r>.pt``) and ``strategy.resume_from``
+  starts a later job from it in hybrid mode.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from harness.errors import ConfigError
+from harness.metrics import optimizer_state_tensors
+from harness.models import build_layers
+from harness.planning.planner import Network, Profile, data_parallel_cost, plan
+from harness.planning.profiling import measure_network, profile_layers
+from harness.planning.simulator import ASYNC, SimLayout, scaled_profile
+from harness.runtime import schedule as sch
+from harness.runtime.executor import GradSync, StageExecutor
+from harness.runtime.stage import build_stage
+from harness.strategies.base import Strategy, StrategyConfig, summed_eval
+from harness.strategies.layout import check_layout, pipeline_layout, simulated_pipeline
+from harness.training import eval_counts, make_optimizer, replica_slice, summed_loss
+
+
+@dataclass
+class AshPipeConfig(StrategyConfig):
+    # replicas per stage, e.g. [2, 1] (non-uniform; sums to world_size); unset: the planner chooses
+    replicas: Optional[list[int]] = None
+    # first layer of stages 1..S-1 with strategy.replicas; unset: balanced on measured cost
+    boundaries: Optional[list[int]] = None
+    schedule: str = ASYNC  # the only schedule AshPipe has: asynchronous 1F1B, no flush
+    # activation recomputation with strategy.replicas (the planner decides its own)
+    recompute: Any = "none"
+    # how to choose replicas and boundaries when strategy.replicas is unset (auto: the planner)
+    plan: str = "auto"
+    # planner: memory per worker in GiB (None: the GPU's memory; unlimited on CPU)
+    memory_limit: Optional[float] = None
+    # planner: assumed point-to-point and all-reduce bandwidth in GB/s (None: measured between workers)
+    bandwidth_gbps: Optional[float] = None
+    # Switch Parallelism: plain DP for this many steps (or epochs), then the hybrid plan
+    switch_step: Optional[int] = None
+    switch_epoch: Optional[int] = None
+    # start in hybrid mode from a switch checkpoint directory
+    resume_from: Optional[str] = None
+    # replica gradient all-reduce bucket size (MiB)
+    bucket_mb: float = 4.0
+
+
+def switch_step(spec) -> int:
+    """Steps of plain data parallelism before the hybrid plan (0: hybrid from the start)."""
+    st = spec.strategy
+    if st.switch_epoch is not None:
+        return st.switch_epoch * spec.steps_per_epoch
+    return st.switch_step or 0
+
+
+class AshPipeStrategy(Strategy):
+    name = "ashpipe"
+    Config = AshPipeConfig
+    takes_micro_batches = False  # one whole minibatch at a time
+
+    @classmethod
+    def check(cls, spec) -> None:
+        st = spec.strategy
+        if st.schedule != ASYNC:
+            raise ConfigError(f"strategy.schedule={st.schedule}: strategy=ashpipe runs {ASYNC} only")
+        if st.replicas is None and st.plan != "auto":
+            raise ConfigError(f"strategy.plan={st.plan} is not understood; give strategy.replicas or use plan=auto")
+        if st.replicas is not None:
+            check_layout(spec, list(st.replicas))
+        elif spec.world_size > spec.train.global_batch:
+            raise ConfigError(f"world_size={spec.world_size} exceeds train.global_batch={spec.train.global_batch}")
+        k = switch_step(spec)
+        if k < 0 or k > spec.steps:
+            raise ConfigError(f"the switch to the hybrid plan (step {k}) must lie within the run's {spec.steps} steps")
+        if st.resume_from and not os.path.isdir(st.resume_from):
+            raise ConfigError(f"strategy.resume_from={st.resume_from} is not a directory with a switch checkpoint")
+        if spec.train.checkpoint_every or spec.train.resume:
+            raise ConfigError("strategy=ashpipe keeps minibatches in flight, so train.checkpoint_every/train.resume "
+                              "do not apply; Switch Parallelism writes a switch checkpoint (strategy.resume_from)")
+        if st.memory_limit is not None and st.memory_limit <= 0:
+            raise ConfigError(f"strategy.memory_limit={st.memory_limit} GiB must be positive")
+        if st.memory_limit is not None and st.replicas is None:
+            _check_memory_limit_is_reachable(spec)
+
+    @classmethod
+    def samples_per_forward(cls, spec) -> int:
+        st = spec.strategy
+        return max(1, spec.train.global_batch // (min(st.replicas) if st.replicas is not None else spec.world_size))
+
+    @classmethod
+    def variant(cls, spec) -> str:
+        st = spec.strategy
+        parts = [f"replicas={list(st.replicas)}" if st.replicas is not None else "planned"]
+        if st.switch_step or st.switch_epoch:
+            parts.append(f"SP@{'epoch ' + str(st.switch_epoch) if st.switch_epoch else st.switch_step}")
+        return ", ".join(parts)
+
+    @classmethod
+    def simulated(cls, spec, profile, cluster):
+        st = spec.strategy
+        if st.replicas is not None:
+            return simulated_pipeline(spec, profile, list(st.replicas), ASYNC, hides_allreduce=False,
+                                      recompute_rule=st.recompute, stashes_weights=True, micro_batches=1)
+        # the planner sees the cluster's devices and network, as it would in a job there
+        net = Network(cluster.intra_node_gbps * 1e9, cluster.intra_node_gbps * 1e9, cluster.latency_us * 1e-6)
+        chosen = plan(scaled_profile(profile, cluster, net), spec.world_size, spec.train.global_batch,
+                      cluster.memory_gib * 2**30)
+        return SimLayout(st.name, chosen.replicas, chosen.boundaries, 1, ASYNC, set(chosen.recompute_layers),
+                         hides_allreduce=False, stashes_weights=True)
+
+    def __init__(self, spec, layers, ctx, comm):
+        super().__init__(spec, layers, ctx, comm)
+        self.calls = 0
+        self.entered = 0  # minibatches that entered the hybrid pipeline
+        self.switch_at = switch_step(spec)
+        self.plan_report: str | None = None
+        self._dp: _PlainDataParallel | None = None
+        self.executor: StageExecutor | None = None
+        if spec.strategy.resume_from:
+            self._build_hybrid(optimizer_state=None)
+            self._load_switch_checkpoint(spec.strategy.resume_from)
+        elif self.switch_at > 0:
+            self._dp = _PlainDataParallel(spec, layers, ctx, comm)
+        else:
+            self._build_hybrid(optimizer_state=None)
+
+    # -- layouts --------------------------------------------------------------
+    def _layout(self) -> tuple[list[int], list[int] | None, set[int] | None]:
+        """Replicas, boundaries and recomputed layers: from the config, or from the planner."""
+        if self.spec.strategy.replicas is not None:
+            return list(self.spec.strategy.replicas), None, None
+        chosen, report = plan_in_job(self.spec, self.layers, self.ctx, self.comm)
+        self.plan_report = report
+        return chosen.replicas, chosen.boundaries, set(chosen.recompute_layers)
+
+    def _build_hybrid(self, optimizer_state: torch.optim.Optimizer | None) -> None:
+        replicas, boundaries, recompute = self._layout()
+        spec = self.spec
+        layout = pipeline_layout(spec, self.layers, self.ctx, self.comm, replicas, boundaries, recompute,
+                                 bucket_mb=spec.strategy.bucket_mb)
+        self.build = build_stage(layout, self.layers, self.ctx, self.comm)
+        self.boundaries = list(layout.boundaries)
+        self.plan = self.build.plan
+        self.params = list(self.build.module.parameters())
+        group = self.build.replica_group
+        if group is not None:  # replicas start from the stage's first rank's weights
+            first = self.plan.topo.ranks_of(self.plan.stage)[0]
+            for p in self.params:
+                self.comm.broadcast(p.data, src=first, group=group)
+        self.optimizer = make_optimizer(self.params, spec.train)
+        if optimizer_state is not None:  # Switch Parallelism: carry the DP optimizer state over
+            for p in self.params:
+                if p in optimizer_state.state:
+                    self.optimizer.state[p] = optimizer_state.state[p]
+        grad_sync = None
+        if group is not None:
+            grad_sync = GradSync(self.params, self.comm, group, layout.bucket_bytes)
+        self.executor = StageExecutor(self.plan, self.build.module, self.comm, self.optimizer, grad_sync,
+                                      stash_weights=self.plan.stage < self.plan.topo.num_stages - 1)
+        self.eval_actions = sch.forward_only(self.plan.topo.num_stages, 1)[self.plan.stage]
+
+    def _switch(self) -> None:
+        dp_optimizer = self._dp.optimizer
+        self._dp = None
+        self._build_hybrid(optimizer_state=dp_optimizer)
+        self._save_switch_checkpoint()
+
+    # -- checkpoints ------------------------------------------------------------
+    def _checkpoint_dir(self) -> str | None:
+        return os.path.join(self.spec.output_dir, "switch_checkpoint") if self.spec.output_dir else None
+
+    def _save_switch_checkpoint(self) -> None:
+        folder = self._checkpoint_dir()
+        if folder is None:
+            return
+        os.makedirs(folder, exist_ok=True)
+        state = {**self.checkpoint_state(), "step": self.calls, "replicas": list(self.plan.topo.replicas),
+                 "boundaries": self.boundaries, "model": self.spec.model.name}
+        tmp = os.path.join(folder, f".rank{self.ctx.rank}.pt.tmp")
+        torch.save(state, tmp)
+        os.replace(tmp, os.path.join(folder, f"rank{self.ctx.rank}.pt"))
+
+    def _load_switch_checkpoint(self, folder: str) -> None:
+        path = os.path.join(folder, f"rank{self.ctx.rank}.pt")
+        if not os.path.isfile(path):
+            raise ConfigError(f"no switch checkpoint for rank {self.ctx.rank} at {path}")
+        state = torch.load(path, map_location=self.ctx.device)
+        if state["replicas"] != list(self.plan.topo.replicas):
+            raise ConfigError(f"{path} was written with replicas {state['replicas']}; this job has "
+                              f"{list(self.plan.topo.replicas)}: pass strategy.replicas={state['replicas']}")
+        self.load_checkpoint_state(state)
+        self.calls = state["step"]
+
+    def start_step(self) -> int:
+        return self.calls
+
+    def memory_step_context(self):
+        """The measured step starts and ends with no transfer in flight.
+
+        Asynchronous steps leave sends in flight across calls; a transfer that
+        starts before the profiler and ends inside it (or the reverse) crashed
+        the process under load. Waiting for them here cannot deadlock: every
+        send of a call is received by the neighbours within their next call,
+        before they need anything more from this rank."""
+        return contextlib.nullcontext() if self.executor is None else self.executor.settled()
+
+    # -- training -------------------------------------------------------------
+    def train_step(self, x, y):
+        if self._dp is not None and self.calls == self.switch_at:
+            self._switch()
+        self.calls += 1
+        if self._dp is not None:
+            return self._dp.train_step(x, y)
+        actions = sch.async_step(self.plan.topo.num_stages, self.plan.stage, self.entered)
+        self.entered += 1
+        self.build.module.train()
+        run = self.executor.run(actions, x, y, training=True, flush=False)
+        self.step_stats.append({"compute_s": run.compute_s, "comm_s": run.comm_s, "idle_s": run.idle_s,
+                                "events": run.events})
+        return run.loss
+
+    def finish_training(self) -> None:
+        """Drain the minibatches still in flight (their backwards and steps), then settle sends."""
+        if self.executor is None:
+            return
+        drain = sch.async_drain(self.plan.topo.num_stages, self.plan.stage, self.entered)
+        self.executor.run(drain, None, None, training=True, flush=False)
+        self.executor.drain_sends()
+
+    @torch.no_grad()
+    def evaluate(self, x, y):
+        if self._dp is not None:
+            return self._dp.evaluate(x, y)
+        self.build.module.eval()
+        run = self.executor.run(self.eval_actions, x, y, training=False)
+        return summed_eval(self.comm, (run.correct, run.count, run.loss_sum))
+
+    def resident_tensors(self):
+        if self._dp is not None:
+            yield from self._dp.resident_tensors()
+            return
+        yield from self.params
+        yield from self.build.module.buffers()
+        yield from optimizer_state_tensors(self.optimizer)
+        yield from self.executor.stashed_tensors()
+        yield from self.executor.inflight_tensors()
+
+    def resident_extra_bytes(self):
+        return self.executor.inflight_saved_bytes() if self.executor is not None else 0
+
+    def layout(self):
+        if self.executor is None:
+            return {"stage": "dp", "layers": [0, len(self.layers)]}
+        return {"stage": self.plan.stage, "replica": self.plan.replica, "layers": list(self.build.layer_range),
+                "boundaries": self.boundaries, "replicas": list(self.plan.topo.replicas),
+                "recompute": sorted(self.build.recompute), "switch_step": self.switch_at}
+
+    def extra_metrics(self):
+        return {"plan": self.plan_report} if self.plan_report and self.ctx.rank == 0 else {}
+
+    def owned_layers(self):
+        return range(len(self.layers)) if self._dp is not None else range(*self.build.layer_range)
+
+
+def _check_memory_limit_is_reachable(spec) -> None:
+    """Refuse before launch a limit no plan can meet, from parameter counts alone.
+
+    Whatever the plan, the stage holding a layer keeps its weights, its gradient,
+    the optimizer's state and at least one stashed version, so no worker needs
+    less than that for the largest layer (counted on the meta device, no memory)."""
+    with torch.device("meta"):
+        layers = build_layers(spec.model, spec.seed)
+    largest = max(sum(p.numel() * p.element_size() for p in layer.parameters()) for layer in layers)
+    floor = largest * (1 + 1 + 2 + 1)  # weights, gradient, AdamW's two moments, one stashed version
+    if floor > spec.strategy.memory_limit * 2**30:
+        raise ConfigError(
+            f"no AshPipe plan fits strategy.memory_limit={spec.strategy.memory_limit} GiB: the largest layer of "
+            f"{spec.model.name} alone needs {floor / 2**30:.3g} GiB with its gradient, optimizer state and one "
+            "stashed version; raise the limit"
+        )
+
+
+class _PlainDataParallel:
+    """Switch Parallelism's first phase: every rank holds the whole model.
+
+    Gradients are summed over all ranks with the same bucketed asynchronous
+    all-reduce the pipeline uses (started during backward), and the loss is
+    summed and divided by B, so one step equals single-process training.
+    """
+
+    def __init__(self, spec, layers, ctx, comm):
+        self.spec, self.ctx, self.comm = spec, ctx, comm
+        self.layers = layers
+        self.model = nn.Sequential(*layers).to(ctx.device)
+        self.params = list(self.model.parameters())
+        self.optimizer = make_optimizer(self.params, spec.train)
+        self.grad_sync = None
+        if ctx.world_size > 1:
+            self.grad_sync = GradSync(self.params, comm, dist.group.WORLD, int(spec.strategy.bucket_mb * 2**20))
+        self.share = replica_slice(spec.train.global_batch, ctx.world_size, ctx.rank)
+
+    def train_step(self, x, y):
+        self.model.train()
+        if self.grad_sync is not None:
+            self.grad_sync.arm()
+        loss = summed_loss(self.model(x[self.share]), y[self.share], self.spec.train.global_batch)
+        loss.backward()
+        if self.grad_sync is not None:
+            self.grad_sync.wait()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return float(loss.detach())
+
+    @torch.no_grad()
+    def evaluate(self, x, y):
+        self.model.eval()
+        share = replica_slice(x.shape[0], self.ctx.world_size, self.ctx.rank)
+        return summed_eval(self.comm, eval_counts(self.model(x[share]), y[share]))
+
+    def resident_tensors(self):
+        yield from self.params
+        yield from optimizer_state_tensors(self.optimizer)
+
+
+# -- planning inside a job, and for python -m harness.plan ----------------------------
+
+
+def memory_limit_bytes(spec, device: torch.device) -> float | None:
+    if spec.strategy.memory_limit is not None:
+        return spec.strategy.memory_limit * 2**30
+    if device.type == "cuda":
+        return float(torch.cuda.get_device_properties(device).total_memory)
+    return None  # CPU: no device memory to respect
+
+
+def profile_sample(spec, device: torch.device, workers: int) -> torch.Tensor:
+    """A batch of the size the planner profiles layers at."""
+    per_worker = max(1, min(8, spec.train.global_batch // max(1, workers)))
+    size = spec.data.image_size
+    return torch.randn(per_worker, 3, size, size, device=device)
+
+
+def assumed_network(spec) -> Network | None:
+    """The network ``strategy.bandwidth_gbps`` describes (None: measure it)."""
+    if spec.strategy.bandwidth_gbps is None:
+        return None
+    bw = spec.strategy.bandwidth_gbps * 1e9
+    return Network(p2p_bytes_per_s=bw, allreduce_bytes_per_s=bw, latency_s=1e-5)
+
+
+def plan_in_job(spec, layers, ctx, comm):
+    """Plan inside a running job: profile on rank 0, measure the network with all ranks, broadcast."""
+    network = assumed_network(spec) or measure_network(comm)
+    result = None
+    if ctx.rank == 0:
+        moved = [layer.to(ctx.device) for layer in layers]
+        profile = Profile(profile_layers(moved, profile_sample(spec, ctx.device, ctx.world_size)), network,
+                          str(ctx.device), spec.train.global_batch)
+        try:
+            chosen = plan(profile, ctx.world_size, spec.train.global_batch, memory_limit_bytes(spec, ctx.device))
+            dp = data_parallel_cost(profile, ctx.world_size, spec.train.global_batch)
+            result = (chosen, chosen.describe([type(l).__name__ for l in layers], dp))
+        except ConfigError as e:
+            result = e
+    result = comm.broadcast_object(result)
+    if isinstance(result, ConfigError):
+        raise result
+    return result

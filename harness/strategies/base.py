@@ -1,0 +1,192 @@
+"""The one interface every training strategy implements, ours and the baselines.
+
+A strategy is the harness's only plug-in point. Everything the rest of the
+harness needs to know about one is asked of its class, never decided by
+comparing its name:
+
+- ``name`` and ``Config``: the strategy's name (``strategy=<name>``, the file
+  ``conf/strategy/<name>.yaml`` whose ``_target_`` names the class) and the
+  dataclass of the ``strategy.*`` keys it reads, with their defaults;
+- ``check(spec)``: refuse before launch what it cannot run;
+- ``processes``, ``takes_micro_batches``, ``samples_per_forward``: how many
+  workers it starts, whether micro-batches apply, the batch one worker
+  computes per forward (what a profile is measured at);
+- ``variant``: the label that tells two runs of it apart in a table;
+- ``simulated``: its layout for the scale-out simulator.
+
+On every rank an instance is built from the model's layer list and the run
+spec, then driven by :mod:`harness.run.worker` one global batch at a time. It
+owns how the batch is split, where layers live, how gradients are combined and
+when the optimizer steps; the worker owns timing, memory measurement, data
+order and evaluation bookkeeping, so those are identical for all strategies.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Optional
+
+import torch
+from torch import nn
+
+from harness.errors import ConfigError
+
+if TYPE_CHECKING:  # types only: a strategy receives these, it never imports the layers above
+    from harness.comm import Comm, DistContext
+    from harness.config.spec import RunSpec
+    from harness.planning.planner import Profile
+    from harness.planning.simulator import Cluster, SimLayout
+
+
+@dataclass
+class StrategyConfig:
+    """The keys every strategy has. Subclasses add the ``strategy.*`` keys a strategy reads."""
+
+    name: str = ""
+
+
+@dataclass
+class PipelineKeys(StrategyConfig):
+    """Keys shared by the pipeline strategies. A sweep over strategies may set them for all
+    (``-m strategy=dp,hippie strategy.recompute=none``): a strategy without the concept
+    records that it ignored them, instead of refusing the run."""
+
+    stages: int = 2
+    # index of the first layer of stages 1..S-1; unset: balanced on measured cost
+    boundaries: Optional[list[int]] = None
+    schedule: str = "1f1b"
+    # activation recomputation: none | auto | all | a list of layer indices
+    recompute: Any = "none"
+
+
+PIPELINE_KEYS = frozenset(("stages", "boundaries", "schedule", "recompute"))
+
+
+@dataclass
+class EvalResult:
+    correct: int
+    count: int
+    loss_sum: float
+
+
+class Strategy(ABC):
+    """Base class. Subclasses implement the abstract methods; see each docstring."""
+
+    name: ClassVar[str] = ""
+    Config: ClassVar[type] = StrategyConfig
+    # False: the strategy moves whole minibatches; a sweep's train.micro_batches is recorded as 1
+    takes_micro_batches: ClassVar[bool] = True
+
+    def __init__(self, spec: "RunSpec", layers: list[nn.Module], ctx: "DistContext", comm: "Comm"):
+        self.spec, self.ctx, self.comm = spec, ctx, comm
+        self.layers = layers
+        # per train_step: where this rank's time went ({compute_s, comm_s, idle_s, events});
+        # strategies that cannot split their time leave it empty
+        self.step_stats: list[dict] = []
+
+    # -- what the harness asks of the class, before any process starts -------------
+    @classmethod
+    def check(cls, spec: "RunSpec") -> None:
+        """Refuse a spec this strategy cannot run (raise ConfigError); runs before launch."""
+
+    @classmethod
+    def processes(cls, spec: "RunSpec") -> int:
+        """Worker processes to start: one per device, unless one process drives several (GPipe)."""
+        return spec.world_size
+
+    @classmethod
+    def samples_per_forward(cls, spec: "RunSpec") -> int:
+        """Samples one worker puts through a forward at a time (a profile is measured at this size)."""
+        return max(1, spec.train.global_batch // spec.world_size)
+
+    @classmethod
+    def variant(cls, spec: "RunSpec") -> str:
+        """The options that tell two runs of this strategy apart in a table ('' for none)."""
+        return ""
+
+    @classmethod
+    def simulated(cls, spec: "RunSpec", profile: "Profile", cluster: "Cluster") -> "SimLayout":
+        """This strategy's layout for :func:`harness.planning.simulator.predict`."""
+        raise ConfigError(f"strategy={cls.name} has no model in the simulator")
+
+    # -- what a rank does ---------------------------------------------------------
+    @abstractmethod
+    def train_step(self, x: torch.Tensor, y: torch.Tensor) -> float:
+        """One optimizer step on the global batch ``(x, y)`` (every rank gets all of it).
+
+        Returns this rank's share of the global mean loss: the shares of all ranks
+        sum to it (ranks that compute no loss return 0). Summing happens once at
+        the end of the run, so no step pays for an extra collective.
+        Gradients must be released (``set_to_none``) before returning, so that
+        only resident state is live between steps.
+        """
+
+    @abstractmethod
+    def evaluate(self, x: torch.Tensor, y: torch.Tensor) -> EvalResult:
+        """Forward-only pass on a global batch; the totals must be valid on rank 0."""
+
+    @abstractmethod
+    def resident_tensors(self) -> Iterable[torch.Tensor]:
+        """Tensors this rank holds between steps (parameters, optimizer state, stashes, buffers)."""
+
+    def resident_extra_bytes(self) -> int:
+        """Bytes held between steps that are known only as a count (activations saved for the
+        backward of minibatches still in flight)."""
+        return 0
+
+    def start_step(self) -> int:
+        """The step to start from (non-zero when resuming from a checkpoint)."""
+        return 0
+
+    def finish_training(self) -> None:
+        """Called once after the last step, before evaluation (an asynchronous pipeline drains here)."""
+
+    def memory_step_context(self):
+        """Context for the one step whose memory is measured (see harness.metrics)."""
+        return contextlib.nullcontext()
+
+    def extra_metrics(self) -> dict:
+        """Strategy-specific per-rank figures for the record (e.g. time split, events)."""
+        return {}
+
+    def layout(self) -> dict:
+        """What this rank runs (stage, replica, layers), for the record."""
+        return {}
+
+    def owned_layers(self) -> range:
+        """Indices of the layers whose parameters this rank holds (all, unless a pipeline stage)."""
+        return range(len(self.layers))
+
+    def state_dict_for_check(self) -> dict[str, torch.Tensor]:
+        """Copies of this rank's parameters keyed by their name in the full layer list."""
+        return {k: v.detach().cpu().clone() for k, v in named_parameters(self.layers, self.owned_layers()).items()}
+
+    def checkpoint_state(self) -> dict:
+        """What this rank needs to continue training exactly: its parameters and optimizer state."""
+        return {"layers": list(self.owned_layers()), "params": self.state_dict_for_check(),
+                "optimizer": self.optimizer.state_dict()}
+
+    def load_checkpoint_state(self, state: dict) -> None:
+        if state["layers"] != list(self.owned_layers()):
+            raise ConfigError(f"the checkpoint holds layers {state['layers'][0]}..{state['layers'][-1]} but this rank "
+                              f"owns {self.owned_layers().start}..{self.owned_layers().stop - 1}; resume with the same "
+                              "strategy, world size and stage boundaries")
+        params = named_parameters(self.layers, self.owned_layers())
+        with torch.no_grad():
+            for k, v in state["params"].items():
+                params[k].copy_(v)
+        self.optimizer.load_state_dict(state["optimizer"])
+
+
+def summed_eval(comm: "Comm", counts: tuple[float, float, float]) -> EvalResult:
+    """Sum every rank's evaluation counts (ranks that saw no samples pass zeros)."""
+    stats = torch.tensor(counts, dtype=torch.float64, device=comm.ctx.device)
+    comm.all_reduce(stats)
+    return EvalResult(int(stats[0]), int(stats[1]), float(stats[2]))
+
+
+def named_parameters(layers: list[nn.Module], indices: Iterable[int]) -> dict[str, nn.Parameter]:
+    """Parameters of the given layers keyed ``"<layer index>.<name>"`` (stable across layouts)."""
+    return {f"{i}.{n}": p for i in indices for n, p in layers[i].named_parameters()}

@@ -1,0 +1,108 @@
+"""Hippie (Ye et al., ICPP 2021): a data-paralleled synchronous pipeline on our runtime.
+
+- Synchronous pipeline across stages, 1F1B with a flush each iteration
+  (``strategy.schedule=gpipe`` gives fill-drain for comparison).
+- Data parallelism inside each stage: ``world_size / stages`` replicas per stage.
+- Hidden gradient communication: each stage's gradient all-reduce is bucketed
+  and started asynchronously while the last backward of the iteration is still
+  running (:class:`harness.runtime.executor.GradSync`); the optimizer waits only
+  for it.
+- Last-stage scheduling and selective recomputation: see
+  :func:`harness.strategies.layout.resolve_recompute` (the last stage runs
+  without recomputation under ``auto`` and layer lists).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from harness.errors import ConfigError
+from harness.metrics import optimizer_state_tensors
+from harness.runtime import schedule as sch
+from harness.runtime.executor import GradSync, StageExecutor
+from harness.runtime.stage import build_stage
+from harness.strategies.base import PipelineKeys, Strategy, summed_eval
+from harness.strategies.layout import check_layout, pipeline_layout, simulated_pipeline, uniform_replicas
+from harness.training import make_optimizer
+
+
+@dataclass
+class HippieConfig(PipelineKeys):
+    recompute: Any = "auto"
+    # gradient all-reduce bucket size (MiB) for the hidden communication
+    bucket_mb: float = 4.0
+
+
+class HippieStrategy(Strategy):
+    """A synchronous pipeline of this runtime: one stage per rank, its schedule, hidden all-reduce."""
+
+    name = "hippie"
+    Config = HippieConfig
+
+    def __init__(self, spec, layers, ctx, comm):
+        super().__init__(spec, layers, ctx, comm)
+        layout = pipeline_layout(spec, layers, ctx, comm, uniform_replicas(spec), bucket_mb=spec.strategy.bucket_mb)
+        self.build = build_stage(layout, layers, ctx, comm)
+        self.boundaries = list(layout.boundaries)
+        self.plan = self.build.plan
+        self.params = list(self.build.module.parameters())
+        self.optimizer = make_optimizer(self.params, spec.train)
+        grad_sync = None
+        if self.build.replica_group is not None:
+            grad_sync = GradSync(self.params, comm, self.build.replica_group, layout.bucket_bytes)
+        self.executor = StageExecutor(self.plan, self.build.module, comm, self.optimizer, grad_sync)
+        S, m = self.plan.topo.num_stages, layout.micro_batches
+        self.train_actions = sch.SCHEDULES[spec.strategy.schedule](S, m)[self.plan.stage]
+        self.eval_actions = sch.forward_only(S, m)[self.plan.stage]
+
+    @classmethod
+    def check(cls, spec) -> None:
+        if spec.strategy.schedule not in sch.SCHEDULES:
+            raise ConfigError(f"strategy.schedule={spec.strategy.schedule} is not one of {', '.join(sch.SCHEDULES)}")
+        if spec.strategy.bucket_mb <= 0:
+            raise ConfigError(f"strategy.bucket_mb={spec.strategy.bucket_mb} must be positive")
+        check_layout(spec, uniform_replicas(spec))
+
+    @classmethod
+    def samples_per_forward(cls, spec) -> int:
+        return max(1, spec.train.global_batch // spec.train.micro_batches // uniform_replicas(spec)[0])
+
+    @classmethod
+    def variant(cls, spec) -> str:
+        st = spec.strategy
+        parts = [f"recompute={st.recompute}"] if st.recompute not in ("none", None) else []
+        return ", ".join(parts + ([st.schedule] if st.schedule != "1f1b" else []))
+
+    @classmethod
+    def simulated(cls, spec, profile, cluster):
+        return simulated_pipeline(spec, profile, uniform_replicas(spec), spec.strategy.schedule,
+                                  hides_allreduce=True, recompute_rule=spec.strategy.recompute)
+
+    def train_step(self, x, y):
+        self.build.module.train()
+        run = self.executor.run(self.train_actions, x, y, training=True)
+        self.step_stats.append({"compute_s": run.compute_s, "comm_s": run.comm_s, "idle_s": run.idle_s,
+                                "events": run.events})
+        return run.loss
+
+    @torch.no_grad()
+    def evaluate(self, x, y):
+        self.build.module.eval()
+        run = self.executor.run(self.eval_actions, x, y, training=False)
+        return summed_eval(self.comm, (run.correct, run.count, run.loss_sum))
+
+    def resident_tensors(self):
+        yield from self.params
+        yield from self.build.module.buffers()
+        yield from optimizer_state_tensors(self.optimizer)
+
+    def layout(self):
+        return {"stage": self.plan.stage, "replica": self.plan.replica, "layers": list(self.build.layer_range),
+                "boundaries": self.boundaries, "recompute": sorted(self.build.recompute),
+                "replicas": list(self.plan.topo.replicas)}
+
+    def owned_layers(self):
+        return range(*self.build.layer_range)

@@ -1,0 +1,173 @@
+"""Pipeline layouts from a run spec: the rules every pipeline strategy shares.
+
+Checks a pipeline layout before launch (ConfigErrors that name the config keys
+live here, never in the runtime), resolves the recomputation rule, cuts the
+layer list (explicit boundaries, or balanced on costs measured on rank 0 and
+broadcast so every rank agrees), and hands the runtime a plain
+:class:`harness.runtime.stage.PipelineLayout`. Our strategies and the pipeline
+baselines use the same rules, so they compare on the same partition.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from harness.comm import Comm, DistContext
+from harness.errors import ConfigError
+from harness.models import activation_shapes, num_layers
+from harness.planning.planner import Profile
+from harness.planning.simulator import SimLayout
+from harness.runtime.partition import balanced_boundaries, measure_layer_costs, stage_ranges
+from harness.runtime.stage import PipelineLayout
+
+RECOMPUTE_HELP = "use none, auto, all or a list of layer indices such as [1,2]"
+
+
+def check_boundaries(boundaries: list[int], n_layers: int, stages: int) -> list[int]:
+    b = list(boundaries)
+    if len(b) != stages - 1:
+        raise ConfigError(
+            f"strategy.boundaries={b} must list {stages - 1} layer index(es) for {stages} stages "
+            "(the first layer of each stage after the first)"
+        )
+    if any(not 0 < x < n_layers for x in b) or any(x >= y for x, y in zip(b, b[1:])):
+        raise ConfigError(
+            f"strategy.boundaries={b} must be strictly increasing layer indices between 1 and {n_layers - 1}"
+        )
+    return b
+
+
+def uniform_replicas(spec) -> list[int]:
+    """``world_size / stages`` replicas in every stage (Hippie and the pipeline baselines)."""
+    stages = spec.strategy.stages
+    if stages < 1:
+        raise ConfigError(f"strategy.stages={stages} must be at least 1")
+    if spec.world_size % stages:
+        raise ConfigError(
+            f"world_size={spec.world_size} is not divisible by strategy.stages={stages}; "
+            f"{spec.strategy.name} needs the same number of replicas in every stage"
+        )
+    return [spec.world_size // stages] * stages
+
+
+def check_layout(spec, replicas: list[int]) -> None:
+    """Pre-launch checks common to every pipeline strategy."""
+    st, t = spec.strategy, spec.train
+    n_layers = num_layers(spec.model)
+    stages = len(replicas)
+    if stages > n_layers:
+        raise ConfigError(
+            f"strategy.stages={stages} exceeds the {n_layers} layers of {spec.model.name} "
+            f"(embedding, {spec.model.depth} blocks, head); use at most {n_layers} stages"
+        )
+    if any(r < 1 for r in replicas):
+        raise ConfigError(f"strategy.replicas={replicas}: every stage needs at least one replica")
+    if sum(replicas) != spec.world_size:
+        raise ConfigError(
+            f"strategy.replicas={replicas} sums to {sum(replicas)} but world_size={spec.world_size}; "
+            f"make them match"
+        )
+    if st.boundaries is not None:
+        check_boundaries(list(st.boundaries), n_layers, stages)
+    smallest_micro = t.global_batch // t.micro_batches
+    if smallest_micro < max(replicas):
+        raise ConfigError(
+            f"train.global_batch={t.global_batch} in {t.micro_batches} micro-batch(es) gives micro-batches of "
+            f"{smallest_micro} sample(s), fewer than the {max(replicas)} replicas of a stage; "
+            f"raise train.global_batch to at least {t.micro_batches * max(replicas)} or lower train.micro_batches"
+        )
+    resolve_recompute(getattr(st, "recompute", "none"), n_layers, (0, n_layers), last_stage=False)
+
+
+def resolve_recompute(rule, n_layers: int, layer_range: tuple[int, int], last_stage: bool) -> set[int]:
+    """Global indices of this stage's layers to recompute in backward.
+
+    - ``none``: nothing;
+    - ``auto``: every transformer block, except on the last stage (Hippie's
+      last-stage scheduling, as in Merak: 1F1B consumes the last stage's
+      activations right after its forward, so recomputing there only costs time);
+    - ``all``: every layer of every stage, the last included (an explicit upper bound);
+    - a list of layer indices: those layers, except on the last stage.
+    """
+    lo, hi = layer_range
+    if isinstance(rule, str):
+        if rule == "none":
+            return set()
+        if rule == "all":
+            return set(range(lo, hi))
+        if rule == "auto":
+            return set() if last_stage else {i for i in range(lo, hi) if 0 < i < n_layers - 1}
+        raise ConfigError(f"strategy.recompute={rule} is not understood; {RECOMPUTE_HELP}")
+    try:
+        indices = {int(i) for i in rule}
+    except (TypeError, ValueError):
+        raise ConfigError(f"strategy.recompute={rule} is not understood; {RECOMPUTE_HELP}") from None
+    bad = sorted(i for i in indices if not 0 <= i < n_layers)
+    if bad:
+        raise ConfigError(f"strategy.recompute lists layers {bad} outside 0..{n_layers - 1}; {RECOMPUTE_HELP}")
+    return set() if last_stage else {i for i in indices if lo <= i < hi}
+
+
+def recompute_of_stages(rule, n_layers: int, ranges: list[tuple[int, int]]) -> frozenset[int]:
+    """The rule applied to every stage (the last stage is the last range)."""
+    return frozenset(i for s, r in enumerate(ranges)
+                     for i in resolve_recompute(rule, n_layers, r, last_stage=s == len(ranges) - 1))
+
+
+def resolve_boundaries(spec, layers: list[nn.Module], ctx: DistContext, comm: Comm, replicas: list[int]) -> list[int]:
+    """``strategy.boundaries`` if given, else a balance of costs measured on rank 0 and
+    broadcast, so every rank (and every strategy given the same spec) cuts alike."""
+    if spec.strategy.boundaries is not None:
+        return list(spec.strategy.boundaries)
+    return comm.broadcast_object(_measured_boundaries(spec, layers, ctx.device, replicas) if ctx.rank == 0 else None)
+
+
+def _measured_boundaries(spec, layers: list[nn.Module], device: torch.device, replicas: list[int]) -> list[int]:
+    """Balance forward+backward time measured on this device at the micro-batch size."""
+    micro = max(1, spec.train.global_batch // spec.train.micro_batches // max(replicas))
+    size = spec.data.image_size
+    sample = torch.randn(micro, 3, size, size, device=device)
+    moved = [layer.to(device) for layer in layers]
+    return balanced_boundaries(measure_layer_costs(moved, sample), len(replicas))
+
+
+def boundary_shapes(spec, ranges: list[tuple[int, int]]) -> tuple[tuple[int, ...], ...]:
+    """Per-sample shape of each stage's input, then of the model's output."""
+    image = (3, spec.data.image_size, spec.data.image_size)
+    layer_shapes = activation_shapes(spec.model, image)
+    return tuple(image if a == 0 else layer_shapes[a - 1] for a, _ in ranges) + (layer_shapes[-1],)
+
+
+def pipeline_layout(spec, layers: list[nn.Module], ctx: DistContext, comm: Comm, replicas: list[int],
+                    boundaries: list[int] | None = None, recompute: set[int] | None = None,
+                    bucket_mb: float = 4.0) -> PipelineLayout:
+    """The runtime's layout for this spec. ``boundaries`` and ``recompute`` (global layer
+    indices) override the spec's rules when a planner has chosen them. Collective when the
+    boundaries are measured."""
+    if boundaries is None:
+        boundaries = resolve_boundaries(spec, layers, ctx, comm, replicas)
+    n = len(layers)
+    ranges = stage_ranges(boundaries, n)
+    if recompute is None:
+        recompute = recompute_of_stages(getattr(spec.strategy, "recompute", "none"), n, ranges)
+    return PipelineLayout(replicas=tuple(replicas), boundaries=tuple(boundaries),
+                          micro_batches=spec.train.micro_batches, recompute=frozenset(recompute),
+                          boundary_shapes=boundary_shapes(spec, ranges), bucket_bytes=int(bucket_mb * 2**20))
+
+
+def simulated_pipeline(spec, profile: Profile, replicas: list[int], schedule: str, *, hides_allreduce: bool,
+                       recompute_rule="none", stashes_weights: bool = False,
+                       micro_batches: int | None = None) -> SimLayout:
+    """A pipeline strategy's layout for the simulator, cut by the same rule as a real run
+    (given boundaries, else balanced on the profile's per-layer costs)."""
+    n = len(profile.layers)
+    boundaries = getattr(spec.strategy, "boundaries", None)
+    if boundaries is None:
+        costs = [l.forward_s + l.backward_s for l in profile.layers]
+        boundaries = balanced_boundaries(costs, len(replicas)) if len(replicas) > 1 else []
+    ranges = stage_ranges(list(boundaries), n)
+    return SimLayout(strategy=spec.strategy.name, replicas=list(replicas), boundaries=list(boundaries),
+                     micro_batches=micro_batches or spec.train.micro_batches, schedule=schedule,
+                     recompute=set(recompute_of_stages(recompute_rule, n, ranges)),
+                     hides_allreduce=hides_allreduce, stashes_weights=stashes_weights)

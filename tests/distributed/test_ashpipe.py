@@ -1,0 +1,89 @@
+"""AshPipe's runtime against a plain sequential model of its own semantics."""
+
+import os
+
+import pytest
+import torch
+
+from harness.comm import Comm
+from harness.data import BatchOrder, load
+from harness.models import build_layers
+from harness.training import make_optimizer, summed_loss
+from tests.helpers.ashpipe_reference import ashpipe_reference
+from tests.helpers.cli import make_spec
+from tests.helpers.distributed import assert_matches_reference, merged_rank_states, spawn
+
+STEPS = 5
+COMMON = ["strategy=ashpipe", "train.global_batch=12", "train.micro_batches=1", "train.optimizer=sgd",
+          "train.lr=0.2", "train.momentum=0.9", "data.train_size=96", "data.test_size=32", f"train.steps={STEPS}"]
+
+# world size -> (replicas, boundaries, extra overrides)
+GRID = {
+    2: [([2], None, []), ([1, 1], [3], []), ([1, 1], [2], ["strategy.switch_step=2"]),
+        ([1, 1], [3], ["strategy.switch_step=4", "train.momentum=0.5"])],
+    3: [([2, 1], [3], []), ([1, 2], [2], []), ([1, 1, 1], [2, 4], ["strategy.recompute=all"]),
+        ([2, 1], [3], ["strategy.switch_step=3"])],
+    4: [([2, 1, 1], [2, 4], [])],
+}
+
+
+def _batches(spec):
+    data = load(spec.data, spec.seed)
+    order = BatchOrder(len(data.train), spec.train.global_batch, spec.seed)
+    return [data.train.batch(order.indices(i)) for i in range(STEPS)]
+
+
+def _spec(world, replicas, boundaries, extra):
+    b = [f"strategy.boundaries=[{','.join(map(str, boundaries))}]"] if boundaries else []
+    return make_spec(*COMMON, f"world_size={world}", f"strategy.replicas=[{','.join(map(str, replicas))}]", *b, *extra)
+
+
+def train_and_save(ctx, specs, out_dir):
+    for i, spec in enumerate(specs):
+        strategy = spec.strategy_cls(spec, build_layers(spec.model, spec.seed), ctx, Comm(ctx))
+        for x, y in _batches(spec):
+            strategy.train_step(x, y)
+        strategy.finish_training()
+        os.makedirs(os.path.join(out_dir, str(i)), exist_ok=True)
+        torch.save(strategy.state_dict_for_check(), os.path.join(out_dir, str(i), f"rank{ctx.rank}.pt"))
+
+
+@pytest.mark.parametrize("world", sorted(GRID))
+def test_ashpipe_matches_its_sequential_model(world, tmp_path):
+    specs = [_spec(world, *case) for case in GRID[world]]
+    spawn(world, train_and_save, specs, str(tmp_path))
+    failures = []
+    for i, (spec, (replicas, boundaries, extra)) in enumerate(zip(specs, GRID[world])):
+        merged = merged_rank_states(os.path.join(tmp_path, str(i)), world)
+        switch = spec.strategy.switch_step or 0
+        reference = ashpipe_reference(spec, _batches(spec), boundaries or [], switch_at=switch)
+        try:
+            assert_matches_reference(merged, reference, atol=5e-5, rtol=5e-4)
+        except AssertionError as e:
+            failures.append(f"replicas {replicas} boundaries {boundaries} {extra}: {str(e)[:300]}")
+    assert not failures, "\n".join(failures)
+
+
+def test_one_stage_ashpipe_is_exactly_data_parallel(tmp_path):
+    spec = _spec(2, [2], None, [])
+    spawn(2, train_and_save, [spec], str(tmp_path))
+    # synchronous DP for the same steps, as one process
+    batches = _batches(spec)
+    layers = build_layers(spec.model, spec.seed)
+    model = torch.nn.Sequential(*layers)
+    opt = make_optimizer(model.parameters(), spec.train)
+    for xb, yb in batches:
+        summed_loss(model(xb), yb, xb.shape[0]).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    reference = {f"{i}.{n}": p.detach() for i, l in enumerate(layers) for n, p in l.named_parameters()}
+    assert_matches_reference(merged_rank_states(os.path.join(tmp_path, "0"), 2), reference)
+
+
+def test_the_async_reference_is_not_synchronous_training():
+    """The comparison above would be vacuous if staleness changed nothing."""
+    spec = _spec(2, [1, 1], [3], [])
+    batches = _batches(spec)
+    asynchronous = ashpipe_reference(spec, batches, [3])
+    synchronous = ashpipe_reference(spec, batches, [])  # one stage: no staleness
+    assert any(not torch.allclose(asynchronous[k], synchronous[k], atol=1e-4) for k in asynchronous)

@@ -1,0 +1,63 @@
+"""After one optimizer step, every synchronous pipeline layout equals single-process training.
+
+Each spawned world runs several layouts one after another (same world size),
+so the grid costs a handful of process starts rather than one per case.
+"""
+
+import os
+
+import pytest
+import torch
+
+from harness.comm import Comm
+from harness.data import load
+from harness.models import build_layers
+from tests.helpers.cli import make_spec
+from tests.helpers.distributed import assert_matches_reference, merged_rank_states, reference_step, spawn
+
+COMMON = ["train.global_batch=13", "train.optimizer=sgd", "train.momentum=0", "train.lr=0.5",
+          "data.train_size=64", "data.test_size=32"]
+
+# world size -> layouts (stages, micro-batches, extra overrides); replicas = world / stages
+GRID = {
+    2: [(2, 1, []), (2, 2, []), (2, 4, ["strategy.recompute=all"]), (2, 3, ["strategy.boundaries=[1]"]),
+        (2, 4, ["strategy.schedule=gpipe", "strategy.recompute=auto"]), (1, 3, ["strategy.recompute=all"])],
+    3: [(3, 3, ["strategy.boundaries=[1,5]"]), (3, 4, ["strategy.recompute=auto"])],
+    4: [(4, 4, []), (4, 3, ["strategy.recompute=all"]), (2, 2, []), (2, 3, ["strategy.recompute=all", "strategy.bucket_mb=0.01"]),
+        (2, 1, ["strategy.schedule=gpipe"])],
+    6: [(3, 2, ["strategy.recompute=auto"])],
+    8: [(4, 2, ["strategy.recompute=all"])],
+}
+
+
+def _spec(world, stages, micro, extra):
+    return make_spec("strategy=hippie", f"world_size={world}", f"strategy.stages={stages}",
+                     f"train.micro_batches={micro}", *COMMON, *extra)
+
+
+def _batch(spec):
+    return load(spec.data, spec.seed).train.batch(torch.arange(spec.train.global_batch))
+
+
+def run_layouts(ctx, specs, out_dir):
+    for i, spec in enumerate(specs):
+        strategy = spec.strategy_cls(spec, build_layers(spec.model, spec.seed), ctx, Comm(ctx))
+        x, y = _batch(spec)
+        strategy.train_step(x, y)
+        os.makedirs(os.path.join(out_dir, str(i)), exist_ok=True)
+        torch.save(strategy.state_dict_for_check(), os.path.join(out_dir, str(i), f"rank{ctx.rank}.pt"))
+
+
+@pytest.mark.parametrize("world", sorted(GRID))
+def test_hippie_one_step_equals_single_process(world, tmp_path):
+    specs = [_spec(world, *layout) for layout in GRID[world]]
+    spawn(world, run_layouts, specs, str(tmp_path))
+    for i, (spec, layout) in enumerate(zip(specs, GRID[world])):
+        x, y = _batch(spec)
+        merged = merged_rank_states(os.path.join(tmp_path, str(i)), world)
+        try:
+            assert_matches_reference(merged, reference_step(spec, x, y))
+        except AssertionError as e:
+            raise AssertionError(f"layout {layout} at world size {world}: {e}") from None
+        # replicas of a stage hold identical parameters
+        assert all(len(v) == world // spec.strategy.stages for v in merged.values())

@@ -1,0 +1,138 @@
+"""The command line as a user runs it: single runs, multiruns, refusals, the results command."""
+
+import glob
+import json
+import os
+
+import pytest
+
+from tests.helpers.cli import TINY, run_cli
+
+
+def _record(run_dir):
+    with open(os.path.join(run_dir, "metrics.json")) as f:
+        return json.load(f)
+
+
+REQUIRED = ["status", "error", "strategy", "model", "data", "world_size", "global_batch", "micro_batches",
+            "throughput", "step_time_s", "peak_memory_bytes", "peak_memory_per_rank", "accuracy", "final_loss", "device"]
+
+
+def test_two_worker_run_writes_a_complete_record_and_an_offline_wandb_run(workdir):
+    run_dir = os.path.join(workdir, "run")
+    proc = run_cli(["world_size=2", *TINY, "logger.mode=offline", f"hydra.run.dir={run_dir}"], cwd=workdir)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rec = _record(run_dir)
+    assert all(k in rec for k in REQUIRED)
+    assert rec["status"] == "ok" and rec["error"] is None and rec["world_size"] == 2 and rec["device"] == "cpu"
+    assert rec["throughput"] > 0 and rec["step_time_s"] > 0
+    assert len(rec["peak_memory_per_rank"]) == 2 and all(m > 0 for m in rec["peak_memory_per_rank"])
+    assert 0 <= rec["accuracy"] <= 1 and rec["final_loss"] > 0
+    assert rec["timed_steps"] == 5 - 1 - 1  # warm-up and memory steps are not timed
+    assert "ok dp w=2" in proc.stdout and "samples/s" in proc.stdout
+    assert glob.glob(os.path.join(run_dir, "wandb", "offline-run-*", "run-*.wandb"))
+
+
+def test_multirun_of_two_jobs_records_both_and_prints_the_table(workdir):
+    sweep = os.path.join(workdir, "sweep")
+    proc = run_cli(["-m", "world_size=1,2", *TINY, f"hydra.sweep.dir={sweep}"], cwd=workdir)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    records = sorted(glob.glob(os.path.join(sweep, "*", "metrics.json")))
+    assert len(records) == 2
+    recs = [json.load(open(p)) for p in records]
+    assert sorted(r["world_size"] for r in recs) == [1, 2] and all(r["status"] == "ok" for r in recs)
+    assert "| dp " in proc.stdout and "speedup" in proc.stdout
+    assert os.path.isfile(os.path.join(sweep, "results.md"))
+    # the results command rebuilds the same table from the records
+    table = run_cli([sweep], cwd=workdir, module="harness.results")
+    assert table.returncode == 0 and table.stdout.count("| dp ") == 2
+    for fmt, marker in (("csv", "strategy,model"), ("latex", "\\begin{tabular}")):
+        out = run_cli([sweep, "--format", fmt], cwd=workdir, module="harness.results")
+        assert out.returncode == 0 and marker in out.stdout
+
+
+@pytest.mark.parametrize("overrides,message", [
+    (["train.global_batch=2", "train.micro_batches=4"], "cannot be split"),
+    (["train.steps=1"], "no timed step"),
+    (["data=cifar100", "data.root=/nonexistent/cifar"], "/nonexistent/cifar"),
+    (["launch.device=cuda"], "no GPU"),
+])
+def test_invalid_config_is_refused_in_one_line_before_any_worker(workdir, overrides, message):
+    run_dir = os.path.join(workdir, "run")
+    proc = run_cli([*overrides, "logger.mode=disabled", f"hydra.run.dir={run_dir}"], cwd=workdir, timeout=60)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and message in errors[0], proc.stderr
+    rec = _record(run_dir)
+    assert rec["status"] == "failed" and message in rec["error"]
+    assert "samples/s" not in proc.stdout + proc.stderr  # no training happened
+
+
+def test_a_sweep_over_strategies_shares_pipeline_keys_and_records_what_was_ignored(workdir):
+    sweep = os.path.join(workdir, "sweep")
+    proc = run_cli(["-m", "strategy=dp,hippie", "world_size=2", *TINY, "strategy.recompute=none",
+                    f"hydra.sweep.dir={sweep}"], cwd=workdir)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    recs = {r["strategy"]: r for r in (_record(os.path.dirname(p)) for p in glob.glob(f"{sweep}/*/metrics.json"))}
+    assert recs["dp"]["status"] == recs["hippie"]["status"] == "ok"
+    assert recs["dp"]["ignored_strategy_keys"] == {"recompute": "none"}  # DP has no recomputation
+    assert recs["hippie"]["ignored_strategy_keys"] == {} and recs["hippie"]["config"]["strategy"]["recompute"] == "none"
+
+
+def test_results_command_without_records_says_so(workdir):
+    proc = run_cli([workdir], cwd=workdir, module="harness.results")
+    assert proc.returncode == 2 and "no metrics.json" in proc.stderr
+
+
+@pytest.mark.parametrize("overrides,message", [
+    (["strategy=hippie", "strategy.stages=9", "world_size=9"], "exceeds the 6 layers"),
+    (["strategy=ashpipe", "strategy.replicas=[2,2]", "world_size=3", "train.micro_batches=1"], "sums to 4"),
+    (["strategy=hippie", "world_size=3"], "not divisible by strategy.stages=2"),
+    (["strategy=pipelining", "world_size=2", "train.global_batch=10", "train.micro_batches=4"], "divisible"),
+    (["strategy=hippie", "world_size=4", "train.global_batch=6", "train.micro_batches=6"],
+     "fewer than the 2 replicas"),
+    (["train.micro_batches=0"], "must be at least 1"),
+    (["strategy=ashpipe", "world_size=2", "train.micro_batches=1", "train.checkpoint_every=5"], "in flight"),
+    (["strategy=gpipe", "world_size=2", "strategy.stages=3"], "must equal world_size"),
+    (["train.resume=/nonexistent/run"], "holds no checkpoint"),
+    (["launch.fault=maybe"], "launch.fault"),
+    (["strategy=hippie", "world_size=2", "strategy.switch_step=3"], "does not apply to strategy=hippie"),
+    (["strategy=dp", "strategy.partition_method=uniform"], "does not apply to strategy=dp"),
+])
+def test_layouts_that_cannot_run_are_refused_before_any_worker(workdir, overrides, message):
+    run_dir = os.path.join(workdir, "run")
+    proc = run_cli([*overrides, "logger.mode=disabled", f"hydra.run.dir={run_dir}"], cwd=workdir, timeout=60)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and message in errors[0], proc.stderr
+
+
+@pytest.mark.parametrize("overrides,option", [(["model=vit_nope"], "vit_micro"), (["strategy=nope"], "hippie"),
+                                              (["data=imagenet"], "cifar100"), (["-m", "strategy=dp,nope"], "hippie")])
+def test_unknown_model_strategy_or_data_is_refused_in_one_line(workdir, overrides, option):
+    proc = run_cli([*overrides, f"hydra.run.dir={workdir}/run", f"hydra.sweep.dir={workdir}/sweep"], cwd=workdir,
+                   timeout=60)
+    unknown = overrides[-1].split("=")[1].split(",")[-1]
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert len(proc.stderr.splitlines()) == 1, proc.stderr
+    assert proc.stderr.startswith("error: unknown ") and f"'{unknown}'" in proc.stderr and option in proc.stderr
+    assert not os.path.exists(os.path.join(workdir, "run")) and not os.path.exists(os.path.join(workdir, "sweep"))
+
+
+def test_a_memory_limit_no_plan_meets_is_refused_before_launch(workdir):
+    run_dir = os.path.join(workdir, "run")
+    proc = run_cli(["strategy=ashpipe", "world_size=2", *TINY, "strategy.memory_limit=0.0001",
+                    f"hydra.run.dir={run_dir}"], cwd=workdir, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "no AshPipe plan fits strategy.memory_limit" in proc.stderr and "samples/s" not in proc.stderr
+
+
+def test_a_memory_limit_only_the_planner_finds_unmeetable_fails_the_job_with_one_line(workdir):
+    # above the parameter floor, but no split fits the activations: found by the planner in the job
+    run_dir = os.path.join(workdir, "run")
+    proc = run_cli(["strategy=ashpipe", "world_size=2", *TINY, "strategy.memory_limit=0.0012",
+                    f"hydra.run.dir={run_dir}"], cwd=workdir, timeout=120)
+    rec = _record(run_dir)
+    assert proc.returncode == 1 and rec["status"] == "failed"
+    assert "no AshPipe plan fits strategy.memory_limit" in rec["error"]

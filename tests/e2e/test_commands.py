@@ -1,0 +1,33 @@
+"""The plan command, and a later AshPipe job resuming from a switch checkpoint, as a user runs them."""
+
+import json
+import os
+
+from tests.helpers.cli import TINY, run_cli
+
+
+def test_plan_command_prints_a_plan_without_training(tmp_path):
+    proc = run_cli(["model=vit_tiny", "world_size=4", "train.global_batch=32", "strategy.bandwidth_gbps=10"],
+                   cwd=str(tmp_path), module="harness.plan", timeout=180)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = proc.stdout
+    assert "AshPipe plan for 4 workers" in out and "predicted time per minibatch" in out
+    assert "bottleneck" in out and "versus data parallelism on all 4 workers" in out
+    assert not (tmp_path / "outputs").exists()  # a plan is printed, not recorded
+
+
+def test_a_later_job_resumes_in_hybrid_mode_from_the_switch_checkpoint(tmp_path):
+    base = ["strategy=ashpipe", "world_size=2", "strategy.replicas=[1,1]", "strategy.boundaries=[3]",
+            "train.micro_batches=1", *TINY, "train.steps=8", "train.warmup_steps=1"]
+    first, second = str(tmp_path / "first"), str(tmp_path / "second")
+    run = run_cli([*base, "strategy.switch_step=3", f"hydra.run.dir={first}"], cwd=str(tmp_path))
+    assert run.returncode == 0, run.stderr[-2000:]
+    checkpoint = os.path.join(first, "switch_checkpoint")
+    assert sorted(os.listdir(checkpoint)) == ["rank0.pt", "rank1.pt"]
+    again = run_cli([*base, f"strategy.resume_from={checkpoint}", f"hydra.run.dir={second}"], cwd=str(tmp_path))
+    assert again.returncode == 0, again.stderr[-2000:]
+    a = json.load(open(os.path.join(first, "metrics.json")))["loss_curve"]
+    b = json.load(open(os.path.join(second, "metrics.json")))["loss_curve"]
+    assert [s for s, _ in b] == list(range(3, 8))  # the resumed job starts at the switch
+    for (sa, la), (sb, lb) in zip(a[3:], b):
+        assert sa == sb and abs(la - lb) < 1e-5  # and continues exactly where the first one was

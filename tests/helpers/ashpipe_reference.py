@@ -1,0 +1,59 @@
+"""A plain single-process model of AshPipe's semantics: the reference its runtime must match.
+
+Minibatch j runs forward and backward through all stages in one process, with
+stage s using its weights after ``max(0, j - w_s)`` of its own updates
+(``w_s = S - 1 - s``, the warm-up of PipeDream's asynchronous 1F1B): that is
+the version the stage's forward saw, and weight stashing makes the backward
+use the same one. Each stage then applies its update for minibatch j at once.
+Replicas do not appear: the sum of per-replica gradients of ``loss_sum / B``
+is the full batch's gradient. With ``switch_at = k`` the first k minibatches
+are plain data-parallel (synchronous) steps on the whole model.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.func import functional_call
+
+from harness.models import build_layers
+from harness.runtime.partition import stage_ranges
+from harness.training import make_optimizer, summed_loss
+
+
+def ashpipe_reference(spec, batches, boundaries: list[int], switch_at: int = 0) -> dict[str, torch.Tensor]:
+    layers = build_layers(spec.model, spec.seed)
+    full = nn.Sequential(*layers)
+    dp_opt = make_optimizer(full.parameters(), spec.train)
+    for x, y in batches[:switch_at]:
+        summed_loss(full(x), y, x.shape[0]).backward()
+        dp_opt.step()
+        dp_opt.zero_grad(set_to_none=True)
+
+    ranges = stage_ranges(boundaries, len(layers))
+    S = len(ranges)
+    stages = [nn.Sequential(*layers[lo:hi]) for lo, hi in ranges]
+    opts = []
+    for st in stages:
+        opt = make_optimizer(st.parameters(), spec.train)
+        for p in st.parameters():
+            if p in dp_opt.state:
+                opt.state[p] = dp_opt.state[p]
+        opts.append(opt)
+    snapshot = lambda st: {n: p.detach().clone() for n, p in st.named_parameters()}  # noqa: E731
+    versions = [{0: snapshot(st)} for st in stages]
+
+    for j, (x, y) in enumerate(batches[switch_at:]):
+        used = [{n: t.clone().requires_grad_(True) for n, t in versions[s][max(0, j - (S - 1 - s))].items()}
+                for s in range(S)]
+        h = x
+        for st, weights in zip(stages, used):
+            h = functional_call(st, weights, (h,))
+        summed_loss(h, y, x.shape[0]).backward()
+        for s, st in enumerate(stages):
+            for n, p in st.named_parameters():
+                p.grad = used[s][n].grad
+            opts[s].step()
+            opts[s].zero_grad(set_to_none=True)
+            versions[s][j + 1] = snapshot(st)
+    return {f"{i}.{n}": p.detach().clone() for i, layer in enumerate(layers) for n, p in layer.named_parameters()}

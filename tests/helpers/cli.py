@@ -1,0 +1,38 @@
+"""Composing configs and running the commands as a user would."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from hydra import compose, initialize_config_dir
+
+from harness.config.registry import CONFIG_DIR
+from harness.config.schema import register_configs
+from harness.config.spec import RunSpec, build_spec
+
+ROOT = os.path.dirname(CONFIG_DIR)
+
+# small enough for 2 cores: a few steps of vit_micro on a small synthetic split
+TINY = [
+    "train.steps=5", "train.warmup_steps=1", "train.global_batch=16",
+    "data.train_size=256", "data.test_size=128", "logger.mode=disabled",
+]
+
+
+def compose_config(overrides: list[str], return_hydra_config: bool = False):
+    register_configs()
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        return compose(config_name="config", overrides=overrides, return_hydra_config=return_hydra_config)
+
+
+def make_spec(*overrides: str) -> RunSpec:
+    return build_spec(compose_config(list(overrides)))
+
+
+def run_cli(args: list[str], cwd: str, timeout: float = 240, module: str = "harness", env: dict | None = None):
+    """``python -m <module> args`` as a user would run it, in ``cwd``."""
+    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", "WANDB_SILENT": "true", **(env or {})}
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=full_env, capture_output=True,
+                          text=True, timeout=timeout)

@@ -1,0 +1,130 @@
+"""Composing configs into validated specs, without starting anything: the schema, every shipped
+experiment and case, the per-strategy keys, the strategy registry."""
+
+import itertools
+import os
+
+import pytest
+import torch
+from hydra.errors import ConfigCompositionException
+from omegaconf import OmegaConf
+from omegaconf.errors import ConfigKeyError, ValidationError
+
+from harness.config.registry import CONFIG_DIR, strategy_classes
+from harness.errors import ConfigError
+from tests.helpers.cli import compose_config, make_spec
+
+
+def test_default_composition():
+    cfg = compose_config([])
+    assert cfg.strategy.name == "dp" and cfg.model.name == "vit_micro" and cfg.data.name == "synthetic"
+    assert cfg.logger.mode == "offline" and cfg.world_size == 1
+
+
+@pytest.mark.parametrize("override,error", [("train.stepz=3", ConfigKeyError), ("train.steps=many", ValidationError),
+                                            ("world_size=two", ValidationError),
+                                            ("strategy.stages=two", ValidationError),
+                                            ("strategy.no_such_key=1", ConfigKeyError)])
+def test_schema_refuses_misspelt_keys_and_wrong_types(override, error):
+    with pytest.raises((ConfigCompositionException, error)):
+        compose_config([override])
+
+
+def test_more_workers_than_gpus_is_refused(monkeypatch):
+    # this machine has no GPU: only the count torch reports is replaced, the check itself is real
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    with pytest.raises(ConfigError, match="world_size=4 needs one GPU per worker but 2 are visible"):
+        make_spec("launch.device=cuda", "world_size=4")
+
+
+def _names(group: str) -> list[str]:
+    return sorted(f[: -len(".yaml")] for f in os.listdir(os.path.join(CONFIG_DIR, group)) if f.endswith(".yaml"))
+
+
+def _sweep_jobs(experiment: str) -> list[list[str]]:
+    """The overrides of every job the experiment's sweep launches (its sweeper's params, expanded)."""
+    params = compose_config([f"experiment={experiment}"], return_hydra_config=True).hydra.sweeper.params or {}
+    axes = [[f"{key}={value.strip()}" for value in str(values).split(",")] for key, values in params.items()]
+    return [list(job) for job in itertools.product(*axes)]
+
+
+# jobs a shipped sweep launches knowing they are refused (each stays in its table as failed)
+EXPECTED_REFUSALS = {
+    # torchgpipe needs one partition per device: 16 stages for ViT-B's 14 layers
+    ("speedup", "model=vit_base", "world_size=16", "strategy=gpipe"): "exceeds the 14 layers",
+}
+
+
+@pytest.mark.parametrize("experiment", _names("experiment"))
+def test_every_job_of_every_experiment_composes_into_a_validated_spec(experiment):
+    jobs = _sweep_jobs(experiment)
+    assert jobs
+    for job in jobs:
+        # on this machine: the device is the only thing a GPU sweep needs that is not here
+        overrides = [f"experiment={experiment}", *job, "launch.device=cpu"]
+        refusal = EXPECTED_REFUSALS.get((experiment, *job))
+        if refusal:
+            with pytest.raises(ConfigError, match=refusal):
+                make_spec(*overrides)
+            continue
+        spec = make_spec(*overrides)
+        assert spec.strategy.name == spec.strategy_cls.name and spec.timed_steps >= 1
+
+
+@pytest.mark.parametrize("case", _names("case"))
+def test_every_case_composes_into_a_validated_spec(case):
+    """A case is one point of a sweep: validated within each experiment that runs it (above
+    every job is), or on its own where none does."""
+    users = [e for e in _names("experiment") if any(f"+case={case}" in job for job in _sweep_jobs(e))]
+    for overrides in ([f"experiment={e}", f"+case={case}"] for e in users) if users else [[f"+case={case}"]]:
+        spec = make_spec(*overrides)
+        assert spec.strategy.name in case and f"w{spec.world_size}" in case
+
+
+def test_a_key_of_another_strategy_is_refused_naming_the_strategy_and_its_keys():
+    with pytest.raises(ConfigError) as e:
+        make_spec("strategy=hippie", "world_size=2", "strategy.switch_step=3")
+    message = str(e.value)
+    assert "\n" not in message and "strategy.switch_step=3 does not apply to strategy=hippie" in message
+    assert "a key of ashpipe" in message and "strategy.bucket_mb" in message and "strategy.recompute" in message
+    with pytest.raises(ConfigError, match="does not apply to strategy=dp .* takes no strategy keys"):
+        make_spec("strategy=dp", "strategy.partition_method=uniform")
+
+
+def test_pipeline_keys_a_strategy_lacks_are_ignored_and_recorded():
+    spec = make_spec("strategy=dp", "world_size=2", "strategy.recompute=none", "strategy.stages=2")
+    assert spec.ignored == {"recompute": "none", "stages": 2}
+    assert spec.summary()["ignored_strategy_keys"] == spec.ignored
+    hippie = make_spec("strategy=hippie", "world_size=2", "strategy.recompute=none")
+    assert hippie.ignored == {} and hippie.strategy.recompute == "none" and hippie.strategy.bucket_mb == 4.0
+
+
+def test_each_strategy_reads_only_its_own_keys_with_its_own_defaults():
+    assert make_spec("strategy=hippie", "world_size=2").strategy.recompute == "auto"
+    assert make_spec("strategy=pipelining", "world_size=2").strategy.recompute == "none"
+    assert make_spec("strategy=gpipe", "world_size=2").strategy.stages == 2  # one partition per device
+    assert not hasattr(make_spec("strategy=hippie", "world_size=2").strategy, "replicas")
+    with pytest.raises(ConfigError, match="runs async_1f1b only"):
+        make_spec("strategy=ashpipe", "world_size=2", "strategy.schedule=1f1b")
+
+
+def test_strategy_classes_come_from_the_yaml_files_target(tmp_path):
+    assert sorted(strategy_classes()) == _names("strategy")
+    good, bad = tmp_path / "good", tmp_path / "bad"
+    for conf in (good, bad):
+        (conf / "strategy").mkdir(parents=True)
+        (conf / "strategy" / "dp.yaml").write_text("_target_: baselines.ddp.DDPStrategy\nname: dp\n")
+    assert [c.__name__ for c in strategy_classes(str(good)).values()] == ["DDPStrategy"]
+    (bad / "strategy" / "mine.yaml").write_text("_target_: baselines.ddp.DDPStrategy\nname: mine\n")
+    with pytest.raises(RuntimeError, match="whose name is 'mine'"):
+        strategy_classes(str(bad))
+
+
+def test_slurm_preset_composes_with_one_task_per_gpu():
+    cfg = compose_config(["hydra/launcher=slurm", "hydra.launcher.gpus_per_node=4", "hydra.launcher.nodes=2",
+                          "hydra.launcher.partition=gpu", "hydra.launcher.account=proj1"], return_hydra_config=True)
+    launcher = cfg.hydra.launcher
+    assert launcher._target_.endswith("SlurmLauncher")
+    assert OmegaConf.select(cfg, "hydra.launcher.tasks_per_node") == 4
+    assert launcher.nodes == 2 and launcher.partition == "gpu" and launcher.account == "proj1"

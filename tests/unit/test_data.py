@@ -1,0 +1,83 @@
+import os
+import pickle
+
+import numpy as np
+import pytest
+import torch
+
+from harness.config.schema import DataConfig
+from harness.data import BatchOrder, check_available, load
+from harness.training import replica_slice
+from harness.errors import ConfigError
+
+
+def test_synthetic_is_cifar_shaped_and_deterministic():
+    cfg = DataConfig(name="synthetic", train_size=300, test_size=100)
+    a, b = load(cfg, seed=0), load(cfg, seed=0)
+    assert a.train.images.shape == (300, 3, 32, 32) and a.train.images.dtype == torch.uint8
+    assert a.test.images.shape == (100, 3, 32, 32)
+    assert int(a.train.labels.max()) < 100 and a.num_classes == 100
+    assert torch.equal(a.train.images, b.train.images) and torch.equal(a.test.labels, b.test.labels)
+    assert not torch.equal(load(cfg, seed=1).train.images, a.train.images)
+    x, y = a.train.batch(torch.arange(8))
+    assert x.dtype == torch.float32 and x.shape == (8, 3, 32, 32) and y.shape == (8,)
+
+
+def test_batch_order_covers_each_epoch_once_and_depends_only_on_seed():
+    order = BatchOrder(100, 10, seed=5)
+    epoch = torch.cat([order.indices(s) for s in range(10)])
+    assert sorted(epoch.tolist()) == list(range(100))
+    assert torch.equal(order.indices(3), BatchOrder(100, 10, seed=5).indices(3))
+    assert not torch.equal(order.indices(0), order.indices(10))  # a new permutation per epoch
+
+
+@pytest.mark.parametrize("batch,n", [(16, 2), (17, 2), (10, 3), (7, 7)])
+def test_replica_slices_partition_the_batch(batch, n):
+    slices = [replica_slice(batch, n, r) for r in range(n)]
+    covered = [i for s in slices for i in range(batch)[s]]
+    assert covered == list(range(batch))
+    assert [s.stop - s.start for s in slices] == [(batch + r) // n for r in range(n)]
+
+
+def write_fake_cifar100(root: str, n_train: int = 50, n_test: int = 20) -> str:
+    """A tiny archive in the official CIFAR-100 python format (pickled dicts, 3072-byte rows)."""
+    folder = os.path.join(root, "cifar-100-python")
+    os.makedirs(folder, exist_ok=True)
+    rng = np.random.default_rng(0)
+    for name, n in (("train", n_train), ("test", n_test)):
+        entry = {"filenames": [f"{i}.png" for i in range(n)], "batch_label": name,
+                 "fine_labels": rng.integers(0, 100, n).tolist(), "coarse_labels": rng.integers(0, 20, n).tolist(),
+                 "data": rng.integers(0, 256, (n, 3072), dtype=np.uint8)}
+        with open(os.path.join(folder, name), "wb") as f:
+            pickle.dump(entry, f)
+    with open(os.path.join(folder, "meta"), "wb") as f:
+        pickle.dump({"fine_label_names": [f"c{i}" for i in range(100)],
+                     "coarse_label_names": [f"s{i}" for i in range(20)]}, f)
+    return folder
+
+
+def test_cifar100_loader_reads_the_official_format(tmp_path):
+    folder = write_fake_cifar100(str(tmp_path))
+    ds = load(DataConfig(name="cifar100", root=str(tmp_path), verify_md5=False), seed=0)
+    assert ds.train.images.shape == (50, 3, 32, 32) and ds.test.images.shape == (20, 3, 32, 32)
+    with open(os.path.join(folder, "train"), "rb") as f:
+        raw = pickle.load(f, encoding="latin1")
+    # CHW layout matches the official row layout (1024 R, then G, then B)
+    assert torch.equal(ds.train.images[3].flatten(), torch.from_numpy(raw["data"][3]))
+    assert ds.train.labels.tolist() == raw["fine_labels"]
+
+
+def test_missing_cifar100_names_the_path_and_the_fix(tmp_path):
+    cfg = DataConfig(name="cifar100", root=str(tmp_path / "nowhere"))
+    with pytest.raises(ConfigError, match=r"nowhere.*data.download=true"):
+        check_available(cfg)
+
+
+@pytest.mark.parametrize("verify", [True, False])
+def test_truncated_cifar100_file_is_named(tmp_path, verify):
+    folder = write_fake_cifar100(str(tmp_path))
+    path = os.path.join(folder, "test")
+    with open(path, "r+b") as f:
+        f.truncate(100)
+    with pytest.raises(ConfigError, match=r"cifar-100-python/(train|test) is corrupt"):
+        check_available(DataConfig(name="cifar100", root=str(tmp_path), verify_md5=verify))

@@ -1,0 +1,104 @@
+"""Tables from fixture records: speedup and ME against DP, failed runs kept, groups without DP."""
+
+import os
+
+import pytest
+
+from harness.report.record import failed_record, write
+from harness.report.tables import comparison, load_records, render
+
+
+def _rec(strategy, world_size, throughput, mem, model="vit_micro", status="ok", error=None):
+    return {"status": status, "error": error, "strategy": strategy, "model": model, "data": "synthetic",
+            "world_size": world_size, "global_batch": 64, "micro_batches": 4, "throughput": throughput,
+            "step_time_s": 64 / throughput if throughput else None, "peak_memory_bytes": mem,
+            "peak_memory_per_rank": [mem, mem], "accuracy": 0.2, "final_loss": 3.0, "device": "cpu"}
+
+
+@pytest.fixture
+def sweep(tmp_path):
+    recs = [_rec("dp", 2, 100.0, 200), _rec("hippie", 2, 150.0, 100),
+            failed_record({"strategy": "ashpipe", "model": "vit_micro", "data": "synthetic", "world_size": 2,
+                           "global_batch": 64}, "rank 1 raised RuntimeError: boom"),
+            _rec("hippie", 4, 300.0, 50, model="vit_tiny")]
+    for i, r in enumerate(recs):
+        write(str(tmp_path / str(i)), r)
+    return str(tmp_path)
+
+
+def test_speedup_and_me_against_dp(sweep):
+    df = comparison(load_records([sweep]))
+    hippie = df[(df.strategy == "hippie") & (df.model == "vit_micro")].iloc[0]
+    assert hippie.speedup == pytest.approx(1.5)
+    assert hippie.me == pytest.approx(1.5 / (100 / 200))  # 3.0
+    dp = df[df.strategy == "dp"].iloc[0]
+    assert dp.speedup == pytest.approx(1.0) and dp.me == pytest.approx(1.0)
+
+
+def test_failed_run_is_shown_not_dropped(sweep):
+    df = comparison(load_records([sweep]))
+    failed = df[df.strategy == "ashpipe"].iloc[0]
+    assert failed.status == "failed" and "boom" in failed.note
+    assert "failed" in render(load_records([sweep]), "md")
+
+
+def test_group_without_dp_says_so_instead_of_a_speedup(sweep):
+    df = comparison(load_records([sweep]))
+    lone = df[df.model == "vit_tiny"].iloc[0]
+    assert lone.speedup != lone.speedup  # NaN: no speedup invented
+    assert "no DP run" in lone.note
+
+
+def test_formats(sweep):
+    df = load_records([sweep])
+    assert render(df, "md").startswith("| strategy")
+    assert render(df, "csv").splitlines()[0].startswith("strategy,model")
+    assert "\\begin{tabular}" in render(df, "latex")
+
+
+def test_unreadable_record_is_reported_as_failed(tmp_path):
+    os.makedirs(tmp_path / "x")
+    (tmp_path / "x" / "metrics.json").write_text("{not json")
+    df = load_records([str(tmp_path)])
+    assert df.iloc[0].status == "failed" and "unreadable" in df.iloc[0].error
+
+
+def test_latex_is_booktabs_with_the_best_value_in_bold(sweep):
+    tex = render(load_records([sweep]), "latex")
+    assert "\\toprule" in tex and "\\midrule" in tex and "\\bottomrule" in tex
+    hippie = next(line for line in tex.splitlines() if line.startswith("hippie") and "vit\\_micro" in line)
+    assert "\\textbf{150}" in hippie  # best throughput of its group
+    dp = next(line for line in tex.splitlines() if line.startswith("dp "))
+    assert "\\textbf{200}" not in dp and "\\textbf{190.7}" not in dp  # DP uses more memory: not bold there
+
+
+def test_repeated_seeds_are_reported_as_mean_and_spread(tmp_path):
+    for i, tp in enumerate((100.0, 110.0, 120.0)):
+        write(str(tmp_path / f"dp{i}"), {**_rec("dp", 2, tp, 200), "seed": i})
+    md = render(load_records([str(tmp_path)]), "md")
+    assert "110 ± 10" in md and "3/3 ok" in md
+
+
+def test_figures_are_drawn_from_records(tmp_path):
+    from harness.report.figures import all_figures
+
+    rec = {**_rec("hippie", 2, 150.0, 100), "loss_curve": [[0, 4.6], [1, 4.4]],
+           "accuracy_curve": [{"step": 2, "accuracy": 0.1, "loss": 4.0}],
+           "per_rank": [{"rank": 0, "layout": {"stage": 0}, "events": [["F0", 10.0, 10.01], ["RECV_B0", 10.01, 10.02],
+                                                                         ["B0*", 10.02, 10.04], ["STEP", 10.04, 10.05]]},
+                        {"rank": 1, "layout": {"stage": 1}, "events": [["RECV_F0", 10.0, 10.01], ["F0", 10.01, 10.02],
+                                                                         ["B0*", 10.02, 10.03], ["SEND_B0", 10.03, 10.031]]}]}
+    paths = all_figures([rec, _rec("dp", 2, 100.0, 200)], str(tmp_path))
+    names = {os.path.basename(p) for p in paths}
+    for stem in ("throughput_vs_workers", "memory_per_rank", "curves", "timeline_hippie_w2"):
+        assert {f"{stem}.png", f"{stem}.pdf"} <= names
+    assert all(os.path.getsize(p) > 1000 for p in paths)
+
+
+def test_wandb_offline_folder_is_a_source(tmp_path):
+    run_dir = tmp_path / "run"
+    write(str(run_dir), _rec("dp", 2, 100.0, 200))
+    mirror_copy = run_dir / "wandb" / "offline-run-x" / "files"
+    write(str(mirror_copy), _rec("dp", 2, 100.0, 200))
+    assert len(load_records([str(tmp_path)])) == 1  # the mirror's copy is not counted twice
+    assert len(load_records([str(run_dir / "wandb")])) == 1  # but a wandb folder can be read on its own

@@ -1,0 +1,103 @@
+"""The simulator replays the executor's schedules with measured costs (no processes); against real
+runs it is checked in tests/e2e/test_simulator_validation.py."""
+
+import pytest
+
+from harness.planning.planner import LayerProfile, Network, Profile
+from harness.planning.simulator import ASYNC, Cluster, SimLayout, predict
+from tests.helpers.cli import make_spec
+
+
+def _uniform_profile(n_layers=6, fwd=1e-3, bwd=2e-3):
+    layers = [LayerProfile("L", fwd, bwd, 1000, 4000, 1000, 10_000) for _ in range(n_layers)]
+    return Profile(layers, Network(1e12, 1e12, 0.0), "cpu", 1)
+
+
+def _dp(world):
+    return SimLayout("dp", [world], [], 1, "1f1b", set(), hides_allreduce=True)
+
+
+def _sync(stages, micro_batches):
+    return SimLayout("hippie", [1] * stages, None, micro_batches, "1f1b", set(), hides_allreduce=True)
+
+
+def _async(boundaries):
+    return SimLayout("ashpipe", [1] * (len(boundaries) + 1), boundaries, 1, ASYNC, set(), hides_allreduce=False,
+                     stashes_weights=True)
+
+
+def _free_network_cluster():
+    return Cluster(devices_per_node=8, intra_node_gbps=1e6, inter_node_gbps=1e6, latency_us=0, inter_latency_us=0)
+
+
+@pytest.mark.parametrize("p,m", [(2, 4), (3, 6), (4, 8)])
+def test_sync_prediction_has_the_bubble_of_the_schedule(p, m):
+    profile = _uniform_profile(n_layers=2 * p)
+    pred = predict(profile, _free_network_cluster(), _sync(p, m), p, global_batch=m)
+    per_micro = 2 * (1e-3 + 2e-3)  # two layers per stage, one sample per micro-batch
+    assert pred.iteration_s == pytest.approx((m + p - 1) * per_micro, rel=1e-6)
+    assert pred.bubble_fraction == pytest.approx((p - 1) / (m + p - 1), rel=1e-6)
+
+
+def test_async_prediction_has_no_bubble_in_steady_state_and_dp_scales_with_allreduce():
+    profile = _uniform_profile(n_layers=4)
+    pipe = predict(profile, _free_network_cluster(), _async([2]), 2, global_batch=4)
+    assert pipe.iteration_s == pytest.approx(4 * 2 * (1e-3 + 2e-3), rel=1e-6)  # slowest stage per minibatch
+    slow = Cluster(devices_per_node=8, intra_node_gbps=1e-6, inter_node_gbps=1e-6)  # all-reduce dominates
+    assert predict(profile, slow, _dp(4), 4, 4).iteration_s > 100 * predict(profile, _free_network_cluster(), _dp(4), 4, 4).iteration_s
+
+
+def test_stash_and_in_flight_activations_show_in_predicted_memory():
+    profile = _uniform_profile(n_layers=4)
+    pred = predict(profile, _free_network_cluster(), _async([2]), 2, global_batch=4)
+    first, last = pred.peak_memory_per_stage
+    assert first > last  # two minibatches in flight and a stashed copy on the first stage
+
+
+def test_where_communication_uses_the_compute_cores_sends_and_all_reduce_take_compute_time():
+    profile = _uniform_profile(n_layers=4)
+    profile.optimizer_s_per_byte = 1e-6
+    slow_link = dict(devices_per_node=8, intra_node_gbps=1e-3, inter_node_gbps=1e-3, latency_us=0, inter_latency_us=0)
+    gpu_like, cpu_like = Cluster(**slow_link), Cluster(**slow_link, comm_uses_compute=True)
+    send_s = 1000 / 1e6  # one sample's 1000 boundary bytes at 1 MB/s
+    pipe = {c.comm_uses_compute: predict(profile, c, _sync(2, 2), 2, global_batch=2)
+            for c in (gpu_like, cpu_like)}
+    # the first stage's clock moves on by the transfer of each of its two sends only where it does them itself
+    first_stage_busy = {k: sum(e.end - e.start for e in p.timeline.stage_events(0)) for k, p in pipe.items()}
+    assert first_stage_busy[True] - first_stage_busy[False] == pytest.approx(2 * send_s, rel=1e-6)
+    dp = {c.comm_uses_compute: predict(profile, c, _dp(2), 2, global_batch=2) for c in (gpu_like, cpu_like)}
+    all_reduce = gpu_like.allreduce_s(4 * 10_000, [0, 1])
+    backward = 4 * 2e-3  # one sample through four layers
+    assert dp[True].iteration_s - dp[False].iteration_s == pytest.approx(min(all_reduce, backward), rel=1e-6)
+
+
+def test_the_optimizer_update_is_charged_once_per_step_from_the_profile():
+    profile = _uniform_profile(n_layers=4)
+    base = predict(profile, _free_network_cluster(), _dp(1), 1, global_batch=4).iteration_s
+    profile.optimizer_s_per_byte = 1e-6
+    assert predict(profile, _free_network_cluster(), _dp(1), 1, global_batch=4).iteration_s - base == pytest.approx(4 * 10_000 * 1e-6)
+
+
+@pytest.mark.parametrize("overrides,replicas,schedule,hides,stashes", [
+    (["strategy=dp", "world_size=4"], [4], "1f1b", True, False),
+    (["strategy=hippie", "world_size=4", "train.micro_batches=4"], [2, 2], "1f1b", True, False),
+    (["strategy=pipelining", "world_size=2", "train.micro_batches=4", "strategy.schedule=gpipe"], [1, 1], "gpipe", True, False),
+    (["strategy=deepspeed", "world_size=2", "train.micro_batches=4"], [1, 1], "1f1b", False, False),
+    (["strategy=gpipe", "world_size=3", "train.micro_batches=4"], [1, 1, 1], "gpipe", False, False),
+    (["strategy=ashpipe", "world_size=3", "strategy.replicas=[2,1]"], [2, 1], ASYNC, False, True),
+])
+def test_each_strategy_class_gives_the_simulator_its_own_layout(overrides, replicas, schedule, hides, stashes):
+    spec = make_spec(*overrides)
+    profile = _uniform_profile(n_layers=6)  # vit_micro's six layers
+    layout = spec.strategy_cls.simulated(spec, profile, _free_network_cluster())
+    assert (layout.replicas, layout.schedule, layout.hides_allreduce, layout.stashes_weights) == \
+        (replicas, schedule, hides, stashes)
+    assert len(layout.boundaries) == len(replicas) - 1 and layout.strategy == spec.strategy.name
+    assert predict(profile, _free_network_cluster(), layout, spec.world_size, spec.train.global_batch).throughput > 0
+
+
+def test_hippie_recomputation_rule_reaches_the_simulated_layout():
+    spec = make_spec("strategy=hippie", "world_size=2", "strategy.recompute=auto", "strategy.boundaries=[3]")
+    layout = spec.strategy_cls.simulated(spec, _uniform_profile(n_layers=6), _free_network_cluster())
+    assert layout.recompute == {1, 2}  # blocks of stage 0; none on the last stage
+
