@@ -2,7 +2,9 @@
 
 Both data sets are held in memory as uint8 images (CIFAR-100 is 150 MB) and
 normalised per batch, so every rank can index any global batch cheaply and the
-same seed gives the same batches under every strategy and layout.
+same seed gives the same batches under every strategy and layout. ``cfg`` is the
+run config's ``data`` node (:class:`harness.config.schema.DataConfig`); this
+module only reads its fields.
 """
 
 from __future__ import annotations
@@ -10,16 +12,11 @@ from __future__ import annotations
 import os
 import pickle
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
 import torch
 from torchvision.datasets import CIFAR100
 from torchvision.datasets.utils import check_integrity
 
 from harness.errors import ConfigError
-
-if TYPE_CHECKING:  # the schema sits in a higher layer; data only reads the fields
-    from harness.config.schema import DataConfig
 
 # CIFAR-100 channel statistics (used for both data sets, so inputs look alike)
 _MEAN = torch.tensor([0.5071, 0.4865, 0.4409]).view(1, 3, 1, 1)
@@ -46,7 +43,7 @@ class Dataset:
     num_classes: int
 
 
-def synthetic(cfg: DataConfig, seed: int) -> Dataset:
+def synthetic(cfg, seed: int) -> Dataset:
     """CIFAR-100-shaped images drawn around one smooth random prototype per class.
 
     A prototype is an 8x8 colour pattern upsampled to 32x32; each image is its
@@ -111,7 +108,7 @@ def _checked_cifar100(verify_md5: bool):
     return CheckedCIFAR100
 
 
-def cifar100(cfg: DataConfig) -> Dataset:
+def cifar100(cfg) -> Dataset:
     """CIFAR-100 read by torchvision from ``cfg.root`` (official python archive layout)."""
     cls = _checked_cifar100(cfg.verify_md5)
     root = os.path.abspath(os.path.expanduser(cfg.root))
@@ -128,7 +125,7 @@ def cifar100(cfg: DataConfig) -> Dataset:
     return Dataset(train=splits["train"], test=splits["test"], num_classes=100)
 
 
-def load(cfg: DataConfig, seed: int) -> Dataset:
+def load(cfg, seed: int) -> Dataset:
     if cfg.name == "synthetic":
         return synthetic(cfg, seed)
     if cfg.name == "cifar100":
@@ -136,12 +133,12 @@ def load(cfg: DataConfig, seed: int) -> Dataset:
     raise ConfigError(f"unknown data set '{cfg.name}'; use data=synthetic or data=cifar100")
 
 
-def train_size(cfg: DataConfig) -> int:
+def train_size(cfg) -> int:
     """Images in the training split, known without loading it (an epoch's length)."""
     return cfg.train_size if cfg.name == "synthetic" else 50000
 
 
-def check_available(cfg: DataConfig) -> None:
+def check_available(cfg) -> None:
     """Pre-launch check that the data set is there and intact, so workers never start on a bad one."""
     if cfg.name == "cifar100" and not cfg.download:
         cls = _checked_cifar100(cfg.verify_md5)

@@ -3,20 +3,17 @@
 Every strategy builds from the same list: ``[embedding, block_0, ..., block_{d-1},
 head]``. Running the layers one after another gives exactly the timm model's
 output (tests check it), so a pipeline stage is simply a contiguous slice of
-the list. Model code never talks to the network or to other processes.
+the list. Model code never talks to the network or to other processes. ``cfg`` is
+the run config's ``model`` node (:class:`harness.config.schema.ModelConfig`); this
+module only reads its fields.
 """
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from timm.models.vision_transformer import VisionTransformer
-
-if TYPE_CHECKING:  # the schema sits in a higher layer; models only read the fields
-    from harness.config.schema import ModelConfig
 
 
 class Embedding(nn.Module):
@@ -63,7 +60,7 @@ class Head(nn.Module):
         return self.head(self.head_drop(self.fc_norm(x)))
 
 
-def build_timm_vit(cfg: ModelConfig) -> nn.Module:
+def build_timm_vit(cfg) -> nn.Module:
     return VisionTransformer(
         img_size=cfg.img_size,
         patch_size=cfg.patch_size,
@@ -80,7 +77,7 @@ def build_timm_vit(cfg: ModelConfig) -> nn.Module:
     )
 
 
-def build_layers(cfg: ModelConfig, seed: int) -> list[nn.Module]:
+def build_layers(cfg, seed: int) -> list[nn.Module]:
     """The model as partitionable layers, initialised identically for a given seed.
 
     Every strategy calls this on every rank with the same seed, so all start from
@@ -92,7 +89,7 @@ def build_layers(cfg: ModelConfig, seed: int) -> list[nn.Module]:
     return [Embedding(vit, cfg.img_size), *vit.blocks, Head(vit)]
 
 
-def num_layers(cfg: ModelConfig) -> int:
+def num_layers(cfg) -> int:
     """Length of :func:`build_layers`'s list, known without building the model."""
     return cfg.depth + 2
 
@@ -101,7 +98,7 @@ def count_parameters(layers: list[nn.Module]) -> int:
     return sum(p.numel() for layer in layers for p in layer.parameters())
 
 
-def activation_shapes(cfg: ModelConfig, image_shape: tuple[int, ...] = (3, 32, 32)) -> list[tuple[int, ...]]:
+def activation_shapes(cfg, image_shape: tuple[int, ...] = (3, 32, 32)) -> list[tuple[int, ...]]:
     """Per-sample output shape of every layer, from a forward on the meta device (no memory, no compute)."""
     with torch.device("meta"):
         layers = build_layers(cfg, seed=0)

@@ -11,15 +11,12 @@ import json
 import math
 import os
 import tempfile
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # a record is made from a spec, never the other way round
-    from harness.config.spec import RunSpec
 
 RECORD_FILE = "metrics.json"
 
 
-def new_record(spec: RunSpec) -> dict:
+def new_record(spec) -> dict:
+    """The record of a run about to start; ``spec`` is its validated RunSpec (harness.config.spec)."""
     return {
         "status": "running",
         "error": None,

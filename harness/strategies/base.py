@@ -19,6 +19,10 @@ spec, then driven by :mod:`harness.run.worker` one global batch at a time. It
 owns how the batch is split, where layers live, how gradients are combined and
 when the optimizer steps; the worker owns timing, memory measurement, data
 order and evaluation bookkeeping, so those are identical for all strategies.
+
+Every method receives ``spec``, the validated run spec
+(:class:`harness.config.spec.RunSpec`, built a layer above): ``spec.strategy`` is
+an instance of the class's own ``Config``.
 """
 
 from __future__ import annotations
@@ -26,18 +30,15 @@ from __future__ import annotations
 import contextlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Optional
+from typing import Any, ClassVar, Iterable, Optional
 
 import torch
 from torch import nn
 
+from harness.comm import Comm, DistContext
 from harness.errors import ConfigError
-
-if TYPE_CHECKING:  # types only: a strategy receives these, it never imports the layers above
-    from harness.comm import Comm, DistContext
-    from harness.config.spec import RunSpec
-    from harness.planning.planner import Profile
-    from harness.planning.simulator import Cluster, SimLayout
+from harness.planning.planner import Profile
+from harness.planning.simulator import Cluster, SimLayout
 
 
 @dataclass
@@ -79,7 +80,7 @@ class Strategy(ABC):
     # False: the strategy moves whole minibatches; a sweep's train.micro_batches is recorded as 1
     takes_micro_batches: ClassVar[bool] = True
 
-    def __init__(self, spec: "RunSpec", layers: list[nn.Module], ctx: "DistContext", comm: "Comm"):
+    def __init__(self, spec, layers: list[nn.Module], ctx: DistContext, comm: Comm):
         self.spec, self.ctx, self.comm = spec, ctx, comm
         self.layers = layers
         # per train_step: where this rank's time went ({compute_s, comm_s, idle_s, events});
@@ -88,26 +89,26 @@ class Strategy(ABC):
 
     # -- what the harness asks of the class, before any process starts -------------
     @classmethod
-    def check(cls, spec: "RunSpec") -> None:
+    def check(cls, spec) -> None:
         """Refuse a spec this strategy cannot run (raise ConfigError); runs before launch."""
 
     @classmethod
-    def processes(cls, spec: "RunSpec") -> int:
+    def processes(cls, spec) -> int:
         """Worker processes to start: one per device, unless one process drives several (GPipe)."""
         return spec.world_size
 
     @classmethod
-    def samples_per_forward(cls, spec: "RunSpec") -> int:
+    def samples_per_forward(cls, spec) -> int:
         """Samples one worker puts through a forward at a time (a profile is measured at this size)."""
         return max(1, spec.train.global_batch // spec.world_size)
 
     @classmethod
-    def variant(cls, spec: "RunSpec") -> str:
+    def variant(cls, spec) -> str:
         """The options that tell two runs of this strategy apart in a table ('' for none)."""
         return ""
 
     @classmethod
-    def simulated(cls, spec: "RunSpec", profile: "Profile", cluster: "Cluster") -> "SimLayout":
+    def simulated(cls, spec, profile: Profile, cluster: Cluster) -> SimLayout:
         """This strategy's layout for :func:`harness.planning.simulator.predict`."""
         raise ConfigError(f"strategy={cls.name} has no model in the simulator")
 
@@ -180,7 +181,7 @@ class Strategy(ABC):
         self.optimizer.load_state_dict(state["optimizer"])
 
 
-def summed_eval(comm: "Comm", counts: tuple[float, float, float]) -> EvalResult:
+def summed_eval(comm: Comm, counts: tuple[float, float, float]) -> EvalResult:
     """Sum every rank's evaluation counts (ranks that saw no samples pass zeros)."""
     stats = torch.tensor(counts, dtype=torch.float64, device=comm.ctx.device)
     comm.all_reduce(stats)
