@@ -95,8 +95,12 @@ def _checked_cifar100(verify_md5: bool):
                 if not ok:
                     raise ConfigError(
                         f"CIFAR-100 file {path} is corrupt or truncated"
-                        + (" (checksum mismatch)" if verify_md5 else " (cannot be unpickled)")
-                        + "; delete the 'cifar-100-python' folder and fetch it again (data.download=true)"
+                        + (" (checksum mismatch)" if verify_md5 else "")
+                        + ("; delete the 'cifar-100-python' folder and fetch it again (data.download=true), or, for "
+                           "a copy you made or converted on purpose, pass data.verify_md5=false (each file is then "
+                           "only checked to unpickle)" if verify_md5 else
+                           " (cannot be unpickled); delete the 'cifar-100-python' folder and fetch it again "
+                           "(data.download=true)")
                     )
             return True
 

@@ -26,7 +26,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     records = load_raw(args.sources)
     if not records:
-        print(f"error: no {RECORD_FILE} found under {', '.join(args.sources)}", file=sys.stderr)
+        print(f"error: no readable {RECORD_FILE} under {', '.join(args.sources)} (none found, or none of this "
+              "harness's record schema)", file=sys.stderr)
         return 2
     print(render(to_frame(records), args.format))
     if args.figures:

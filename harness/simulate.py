@@ -13,7 +13,6 @@ predicted table in one command.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 
@@ -22,22 +21,14 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from harness.cli.common import hydra_command
-from harness.cli.profiles import profile_spec
+from harness.cli.profiles import cluster_of, profile_spec
+from harness.cli.sweep import sweep_group
 from harness.config.spec import RunSpec, build_spec
 from harness.errors import ConfigError
 from harness.planning.planner import Profile
-from harness.planning.simulator import Cluster, Prediction, predict
+from harness.planning.simulator import Prediction, predict
 from harness.report import record as record_mod
-
-
-def cluster_of(cfg: DictConfig, profile: Profile) -> Cluster:
-    """The simulator's Cluster from the ``cluster`` config node (which mirrors it, plus
-    ``use_profile_network``: simulate the profiled machine's own network)."""
-    cluster = Cluster(**{f.name: cfg.cluster[f.name] for f in dataclasses.fields(Cluster)})
-    if cfg.cluster.use_profile_network:
-        cluster.intra_node_gbps = cluster.inter_node_gbps = profile.network.p2p_bytes_per_s / 1e9
-        cluster.latency_us = cluster.inter_latency_us = profile.network.latency_s * 1e6
-    return cluster
+from harness.report import wandb_mirror
 
 
 def predict_spec(spec: RunSpec, cfg: DictConfig, profile: Profile) -> Prediction:
@@ -74,7 +65,11 @@ def _simulate(cfg: DictConfig) -> None:
         print(f"note: the profile was measured at {profile.batch} samples per forward, this "
               f"{spec.strategy.name} run computes {computes} per worker at a time; per-sample cost depends "
               "on it, so a profile taken with this strategy's settings predicts it more closely", file=sys.stderr)
-    record_mod.write(HydraConfig.get().runtime.output_dir, rec)
+    hc = HydraConfig.get()
+    record_mod.write(hc.runtime.output_dir, rec)
+    group = spec.logger.group or (sweep_group(hc.sweep.dir) if hc.mode == RunMode.MULTIRUN else None)
+    wandb_mirror.mirror({**rec, "tag": spec.tag, "seed": spec.seed}, hc.runtime.output_dir, spec.logger.mode,
+                        spec.logger.project, spec.logger.entity, group, job_type="simulate")
     print(f"simulated {pred.strategy} w={pred.world_size} on {cfg.cluster.name}: {pred.throughput:.1f} samples/s "
           f"(iteration {pred.iteration_s * 1e3:.2f} ms), bubble {pred.bubble_fraction:.1%}, "
           f"exposed communication {pred.comm_s * 1e3:.2f} ms, replicas {pred.replicas}, "

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import sys
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
+from harness.cli.sweep import sweep_group
 from harness.config.spec import build_spec
 from harness.errors import ConfigError
 from harness.report import record as record_mod
@@ -54,7 +54,7 @@ def run_task(cfg: DictConfig) -> None:
     rec = launch.run(spec, output_dir)
     if rec.get("status") == "running":  # a non-zero rank under torchrun/Slurm: rank 0 reports
         return
-    group = spec.logger.group or (os.path.basename(os.path.normpath(hc.sweep.dir)) if multirun else None)
+    group = spec.logger.group or (sweep_group(hc.sweep.dir) if multirun else None)
     wandb_mirror.mirror(rec, output_dir, spec.logger.mode, spec.logger.project, spec.logger.entity, group)
     print(summary_line(rec, output_dir), file=sys.stderr if rec["status"] != "ok" else sys.stdout, flush=True)
     if rec["status"] != "ok" and not multirun:

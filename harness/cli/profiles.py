@@ -1,16 +1,19 @@
-"""A profile of a run spec: what ``python -m harness.profile`` saves and ``harness.simulate``
-measures when given none."""
+"""Profiles and clusters of a run spec, for the commands that measure or predict (profile,
+simulate, preview)."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import torch
+from omegaconf import DictConfig
 
 from harness.config.spec import RunSpec
 from harness.host import threads_per_process
 from harness.planning.planner import Profile
 from harness.planning.profiling import Workload, measure_profile
+from harness.planning.simulator import Cluster
 
 
 def workload(spec: RunSpec) -> Workload:
@@ -29,3 +32,13 @@ def profile_spec(spec: RunSpec) -> Profile:
 
 def default_path(spec: RunSpec) -> str:
     return os.path.join("profiles", f"{spec.model.name}-{spec.device}.json")
+
+
+def cluster_of(cfg: DictConfig, profile: Profile) -> Cluster:
+    """The simulator's Cluster from the ``cluster`` config node (which mirrors it, plus
+    ``use_profile_network``: simulate the profiled machine's own network)."""
+    cluster = Cluster(**{f.name: cfg.cluster[f.name] for f in dataclasses.fields(Cluster)})
+    if cfg.cluster.use_profile_network:
+        cluster.intra_node_gbps = cluster.inter_node_gbps = profile.network.p2p_bytes_per_s / 1e9
+        cluster.latency_us = cluster.inter_latency_us = profile.network.latency_s * 1e6
+    return cluster

@@ -2,18 +2,43 @@
 
 from __future__ import annotations
 
+import json
+import os
+import secrets
 import sys
+import time
 
 from hydra.experimental.callback import Callback
 
-from harness.report.tables import load_records, log_wandb_table, write_outputs
+from harness.report.tables import comparison_table, load_records, write_outputs
+from harness.report.wandb_mirror import log_comparison
 
 # failed runs of the last sweep this process ran (read by harness/__main__ for the exit code)
 SWEEP_FAILURES: list[int] = []
+_SWEEP_FILE = "sweep.json"
+
+
+def sweep_group(sweep_dir: str) -> str:
+    """The wandb group of every run of the sweep in ``sweep_dir``: written once when the sweep starts
+    (its folder's name, the start time and a random suffix, so sweeps on different days or with
+    the same folder never share a group)."""
+    path = os.path.join(sweep_dir, _SWEEP_FILE)
+    if os.path.isfile(path):
+        with open(path) as f:
+            return json.load(f)["group"]
+    return os.path.basename(os.path.normpath(sweep_dir))  # a sweep started without the callback
 
 
 class SweepTableCallback(Callback):
-    """After a multirun, print its comparison table and write tables and figures beside the runs."""
+    """Names a multirun when it starts; after it, prints its comparison table and writes tables and
+    figures beside the runs."""
+
+    def on_multirun_start(self, config, **kwargs) -> None:
+        sweep_dir = config.hydra.sweep.dir
+        os.makedirs(sweep_dir, exist_ok=True)
+        group = f"{os.path.basename(os.path.normpath(sweep_dir))}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+        with open(os.path.join(sweep_dir, _SWEEP_FILE), "w") as f:
+            json.dump({"group": group, "started": time.time()}, f)
 
     def on_multirun_end(self, config, **kwargs) -> None:
         sweep_dir = config.hydra.sweep.dir
@@ -23,8 +48,11 @@ class SweepTableCallback(Callback):
             return
         table, figures = write_outputs([sweep_dir], sweep_dir)
         logger = config.get("logger", {})
-        log_wandb_table(df, sweep_dir, logger.get("mode", "disabled"), logger.get("project", "pipebench"),
-                        logger.get("entity"))
+        outputs = [os.path.join(sweep_dir, name) for name in ("results.md", "results.csv", "results.tex",
+                                                              "machine.json", "figures")]
+        log_comparison(comparison_table(df), sweep_dir, [p for p in outputs if os.path.exists(p)],
+                       logger.get("mode", "disabled"), logger.get("project", "pipebench"), logger.get("entity"),
+                       logger.get("group") or sweep_group(sweep_dir))
         failed = int((df["status"] != "ok").sum())
         SWEEP_FAILURES.append(failed)
         print(f"\nResults of {len(df)} run(s) in {sweep_dir} (speedup and ME against DP with the same workers):\n")

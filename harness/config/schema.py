@@ -173,6 +173,9 @@ class RunConfig:
     sim: SimConfig = field(default_factory=SimConfig)
     world_size: int = 1
     seed: int = 0
+    # which repeat of one configuration this run is (recorded; a sweep over it runs the repeats
+    # interleaved in time: -m repeat=0,1,2 strategy=dp,hippie runs dp, hippie, dp, hippie, ...)
+    repeat: int = 0
     # free-form tag recorded with the run (e.g. the experiment name)
     tag: str = ""
 

@@ -37,6 +37,7 @@ class RunSpec:
     world_size: int
     seed: int
     tag: str
+    repeat: int
     steps: int  # resolved from train.steps or train.epochs
     device: str  # cpu | cuda
     strategy_cls: type[Strategy] = Strategy
@@ -60,7 +61,9 @@ class RunSpec:
             "micro_batches": self.train.micro_batches,
             "steps": self.steps,
             "seed": self.seed,
+            "repeat": self.repeat,
             "device": self.device,
+            "precision": "fp32",  # every strategy trains in fp32 (weights, activations, gradients)
             "tag": self.tag,
             "variant": self.variant(),
             "ignored_strategy_keys": self.ignored,
@@ -94,6 +97,8 @@ def build_spec(cfg: DictConfig | RunConfig) -> RunSpec:
     t, launch = rc.train, rc.launch
 
     _positive("world_size", rc.world_size)
+    if rc.repeat < 0:
+        raise ConfigError(f"repeat={rc.repeat} must be 0 or more")
     _positive("train.global_batch", t.global_batch)
     _positive("train.micro_batches", t.micro_batches)
     if t.global_batch < t.micro_batches:
@@ -143,7 +148,7 @@ def build_spec(cfg: DictConfig | RunConfig) -> RunSpec:
         t.micro_batches = 1
     spec = RunSpec(
         model=rc.model, data=rc.data, strategy=strategy, train=t, launch=launch, logger=rc.logger,
-        world_size=rc.world_size, seed=rc.seed, tag=rc.tag, steps=steps, device=device,
+        world_size=rc.world_size, seed=rc.seed, tag=rc.tag, repeat=rc.repeat, steps=steps, device=device,
         strategy_cls=cls, ignored=ignored, steps_per_epoch=steps_per_epoch,
     )
     if spec.timed_steps < 1:

@@ -28,6 +28,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from harness.planning.planner import Network, Profile
+from harness.report.environment import environment
+from harness.report.schema import SCHEMA_VERSION
 from harness.runtime import schedule as sch
 from harness.runtime.partition import balanced_boundaries, stage_ranges
 
@@ -127,7 +129,8 @@ class Prediction:
             status = "failed"
             error = (f"predicted peak memory {max(mem) / 2**30:.1f} GiB exceeds the cluster's {memory_gib:g} GiB "
                      "per device (out of memory)")
-        return {"status": status, "error": error, "simulated": True, "cluster": cluster, "strategy": self.strategy,
+        return {"schema_version": SCHEMA_VERSION, "environment": environment(),
+                "status": status, "error": error, "simulated": True, "cluster": cluster, "strategy": self.strategy,
                 "model": model, "data": data, "world_size": self.world_size, "global_batch": self.global_batch,
                 "micro_batches": self.micro_batches, "throughput": self.throughput, "step_time_s": self.iteration_s,
                 "peak_memory_bytes": max(mem), "peak_memory_per_rank": mem, "bubble_fraction": self.bubble_fraction,

@@ -12,12 +12,16 @@ import math
 import os
 import tempfile
 
+from harness.report.environment import environment
+from harness.report.schema import SCHEMA_VERSION, validate
+
 RECORD_FILE = "metrics.json"
 
 
 def new_record(spec) -> dict:
     """The record of a run about to start; ``spec`` is its validated RunSpec (harness.config.spec)."""
     return {
+        "schema_version": SCHEMA_VERSION,
         "status": "running",
         "error": None,
         **spec.summary(),
@@ -31,6 +35,7 @@ def new_record(spec) -> dict:
             "model": vars(spec.model), "data": vars(spec.data), "strategy": vars(spec.strategy),
             "train": vars(spec.train), "launch": vars(spec.launch),
         },
+        "environment": environment(),
     }
 
 
@@ -39,7 +44,8 @@ def failed_record(fields: dict, error: str) -> dict:
     base = {k: None for k in ("strategy", "model", "data", "world_size", "global_batch", "micro_batches", "device",
                               "throughput", "step_time_s", "peak_memory_bytes", "peak_memory_per_rank",
                               "accuracy", "final_loss")}
-    return {**base, **fields, "status": "failed", "error": error}
+    return {"schema_version": SCHEMA_VERSION, **base, **fields, "status": "failed", "error": error,
+            "environment": environment()}
 
 
 def _clean(obj):
@@ -54,12 +60,14 @@ def _clean(obj):
 
 
 def write(output_dir: str, record: dict) -> str:
+    """Validate ``record`` against the schema and write it atomically; returns its path."""
+    record = validate(_clean(record), "the record to write")
     os.makedirs(output_dir, exist_ok=True)
     path = os.path.join(output_dir, RECORD_FILE)
     fd, tmp = tempfile.mkstemp(prefix=".metrics.", dir=output_dir)
     try:
         with os.fdopen(fd, "w") as f:
-            json.dump(_clean(record), f, indent=1, default=str)
+            json.dump(record, f, indent=1, default=str)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -71,5 +79,7 @@ def write(output_dir: str, record: dict) -> str:
 
 
 def read(path: str) -> dict:
+    """The record at ``path``; RecordError (one line) if it is not a record of this schema version,
+    ValueError or OSError if it cannot be read at all."""
     with open(path) as f:
-        return json.load(f)
+        return validate(json.load(f), path)

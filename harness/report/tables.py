@@ -10,30 +10,34 @@ cluster counts as a device). Within a group:
 - ME (memory-efficiency index, Hippie's definition) = speedup / (peak memory / DP peak memory),
   with the peak taken as the maximum over ranks;
 A group without a successful DP run says so (no speedup is invented); failed runs stay in
-the table, marked failed. Where the same configuration ran with several seeds, the
-table gives the mean and the standard deviation over them.
+the table, marked failed. Where the same configuration ran several times (seeds, or
+``repeat=0,1,2``), the table gives per figure the mean, the half-width of its 95%
+confidence interval (Student's t) and the number of runs; time to target follows
+MLPerf's rule (of five runs the fastest and the slowest are dropped).
 """
 
 from __future__ import annotations
 
 import glob
 import json
+import math
 import os
-import platform
 import sys
 
 import pandas as pd
-import torch
+from scipy import stats
 
+from harness.report.environment import environment
 from harness.report.figures import all_figures
 from harness.report.record import RECORD_FILE, read
+from harness.report.schema import RecordError, validate
 
 # speedup and ME are against this strategy's runs in the same group (the DP reference)
 REFERENCE_STRATEGY = "dp"
 
 # the device is "cpu", "cuda" or "simulated:<cluster>": simulated rows compare with simulated DP
 GROUP_KEYS = ["model", "data", "world_size", "global_batch", "device"]
-_COLUMNS = ["strategy", "model", "data", "world_size", "global_batch", "micro_batches", "seed", "device", "status", "throughput",
+_COLUMNS = ["strategy", "model", "data", "world_size", "global_batch", "micro_batches", "seed", "repeat", "device", "status", "throughput",
             "step_time_s", "speedup", "peak_memory_bytes", "me", "accuracy", "final_loss", "time_to_target_s",
             "error", "path", "simulated"]
 # column -> True if larger is better (for the bold best value in LaTeX)
@@ -72,7 +76,10 @@ def load_raw(sources: list[str]) -> list[dict]:
         for path in find_records([src]):
             try:
                 rec = read(path)
-            except (OSError, ValueError) as e:
+            except RecordError as e:  # an older record or another tool's file: not ours to tabulate
+                print(f"skipping {e}", file=sys.stderr)
+                continue
+            except (OSError, ValueError) as e:  # ours, but damaged: it stays in the table, as failed
                 rec = {"status": "failed", "error": f"unreadable record: {e}"}
             rec["path"] = os.path.dirname(path)
             records.append(rec)
@@ -91,7 +98,13 @@ def _wandb_records(path: str) -> list[dict]:
     records = []
     for run in runs:
         rec = {k: v for k, v in dict(run.summary).items() if not k.startswith("_")}
-        rec.setdefault("strategy", run.job_type)
+        if run.job_type != "train" or rec.get("schema_version") is None:  # comparison runs, other tools' runs
+            continue
+        try:
+            validate(rec, run.url)
+        except RecordError as e:
+            print(f"skipping {e}", file=sys.stderr)
+            continue
         rec["path"] = run.url
         records.append(rec)
     return records
@@ -165,21 +178,52 @@ def presentable(df: pd.DataFrame) -> pd.DataFrame:
     })
 
 
+def interval(values: pd.Series, confidence: float = 0.95) -> tuple[float, float, int]:
+    """(mean, half-width of its ``confidence`` interval from Student's t, count); no interval for one value."""
+    values = values.astype(float).dropna()
+    n = len(values)
+    if n == 0:
+        return float("nan"), float("nan"), 0
+    if n == 1:
+        return float(values.iloc[0]), float("nan"), 1
+    half = stats.t.ppf((1 + confidence) / 2, n - 1) * values.std(ddof=1) / math.sqrt(n)
+    return float(values.mean()), float(half), n
+
+
+def mlperf_times(values: pd.Series) -> pd.Series:
+    """Times to target as MLPerf training scores them: of five runs, the fastest and the slowest are dropped."""
+    values = values.astype(float).dropna().sort_values()
+    return values.iloc[1:-1] if len(values) == 5 else values
+
+
+CONFIG_KEYS = ["strategy", "model", "data", "workers", "batch", "micro", "device"]
+
+
 def aggregated(table: pd.DataFrame) -> pd.DataFrame:
-    """Mean ± standard deviation over repeated runs (seeds) of the same configuration."""
-    keys = ["strategy", "model", "data", "workers", "batch", "micro", "device"]
+    """One row per configuration run several times (seeds or repeats): for every figure its mean
+    and the half-width of its 95% confidence interval (``<figure> ±95%``), and the runs counted."""
     out = []
-    for key, group in table.groupby(keys, dropna=False, sort=False):
-        row = dict(zip(keys, key))
+    for key, group in table.groupby(CONFIG_KEYS, dropna=False, sort=False):
+        row = dict(zip(CONFIG_KEYS, key))
         ok = group[group["status"] == "ok"]
         row["runs"] = f"{len(ok)}/{len(group)} ok"
         for col in _BEST:
-            vals = ok[col].astype(float).dropna()
-            row[col] = (f"{vals.mean():.4g} ± {vals.std():.2g}" if len(vals) > 1 else
-                        (f"{vals.iloc[0]:.4g}" if len(vals) else "–"))
+            values = mlperf_times(ok[col]) if col == "s to target" else ok[col]
+            row[col], row[f"{col} ±95%"], _ = interval(values)
         row["note"] = "; ".join(sorted({n for n in group["note"] if n}))
         out.append(row)
     return pd.DataFrame(out)
+
+
+def _with_intervals(table: pd.DataFrame) -> pd.DataFrame:
+    """``mean ± half-width`` in one cell per figure, for tables read by people (Markdown, LaTeX)."""
+    shown = table.copy()
+    for col in _BEST:
+        half = f"{col} ±95%"
+        if half in shown:
+            shown[col] = [("–" if pd.isna(m) else f"{m:.4g}" if pd.isna(h) else f"{m:.4g} ± {h:.2g}")
+                          for m, h in zip(shown[col], shown.pop(half))]
+    return shown
 
 
 def _latex(table: pd.DataFrame) -> str:
@@ -202,10 +246,9 @@ def _latex(table: pd.DataFrame) -> str:
 
 
 def render(df: pd.DataFrame, fmt: str) -> str:
-    table = presentable(comparison(df))
-    keys = ["strategy", "model", "data", "workers", "batch", "micro"]
-    if (table.groupby(keys, dropna=False)["seed"].nunique() > 1).any():  # the same runs under several seeds
-        table = aggregated(table)
+    table = comparison_table(df)
+    if fmt != "csv" and any(f"{col} ±95%" in table for col in _BEST):
+        table = _with_intervals(table)
     if fmt == "md":
         return table.astype(object).where(table.notna(), None).to_markdown(index=False, floatfmt="g", missingval="–")
     if fmt == "csv":
@@ -213,6 +256,15 @@ def render(df: pd.DataFrame, fmt: str) -> str:
     if fmt == "latex":
         return _latex(table)
     raise ValueError(f"unknown format {fmt}; use md, csv or latex")
+
+
+def comparison_table(df: pd.DataFrame) -> pd.DataFrame:
+    """The comparison, one row per run, or per configuration with intervals where any ran several
+    times (seeds or repeats); numeric columns stay numeric."""
+    table = presentable(comparison(df))
+    if (table.groupby(CONFIG_KEYS, dropna=False).size() > 1).any():
+        table = aggregated(table)
+    return table
 
 
 def write_outputs(sources: list[str], out_dir: str) -> tuple[str, list[str]]:
@@ -225,29 +277,5 @@ def write_outputs(sources: list[str], out_dir: str) -> tuple[str, list[str]]:
         with open(os.path.join(out_dir, f"results.{ext}"), "w") as f:
             f.write(tables[fmt] + "\n")
     with open(os.path.join(out_dir, "machine.json"), "w") as f:
-        json.dump(machine_description(), f, indent=1)
+        json.dump(environment(), f, indent=1)
     return tables["md"], all_figures(records, os.path.join(out_dir, "figures"))
-
-
-def machine_description() -> dict:
-    """Where the figures were measured, written beside every table."""
-    return {"host": platform.node(), "platform": platform.platform(), "processor": platform.processor(),
-            "cpus": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__,
-            "gpus": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]}
-
-
-def log_wandb_table(df: pd.DataFrame, sweep_dir: str, mode: str, project: str, entity: str | None) -> None:
-    """The sweep's comparison as a wandb Table in a run of its own (job_type 'comparison')."""
-    if mode == "disabled":
-        return
-    try:
-        import wandb  # lazy, as above
-
-        table = presentable(comparison(df)).astype(str)
-        run = wandb.init(project=project, entity=entity, group=os.path.basename(os.path.normpath(sweep_dir)),
-                         job_type="comparison", name=f"comparison-{os.path.basename(os.path.normpath(sweep_dir))}",
-                         dir=sweep_dir, mode=mode, reinit="finish_previous")
-        run.log({"comparison": wandb.Table(dataframe=table)})
-        run.finish()
-    except Exception as e:  # a mirror only; the local tables stand
-        print(f"warning: could not log the comparison table to wandb ({type(e).__name__}: {e})", file=sys.stderr)

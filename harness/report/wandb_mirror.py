@@ -14,19 +14,37 @@ import sys
 _SCALARS = (int, float, str, bool, type(None))
 
 
-def mirror(record: dict, output_dir: str, mode: str, project: str, entity: str | None, group: str | None) -> str | None:
-    """Log ``record`` as one wandb run; returns the run's local directory, or None."""
+def _init(mode: str, **kwargs):
+    import wandb  # lazy: a disabled logger never pays for importing it
+
+    os.environ.setdefault("WANDB_SILENT", "true")
+    return wandb, wandb.init(mode=mode, reinit="finish_previous", **kwargs)
+
+
+def _warn(what: str, e: Exception, keeps: str) -> None:
+    first_line = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    print(f"warning: {what} failed ({type(e).__name__}: {first_line}); {keeps} is unaffected", file=sys.stderr,
+          flush=True)
+
+
+def run_config(record: dict) -> dict:
+    """The wandb config of a run: what was run (the record's config) and the keys a wandb user
+    filters and groups by."""
+    keys = ("strategy", "variant", "model", "data", "world_size", "global_batch", "micro_batches", "seed", "device",
+            "precision", "tag", "cluster")
+    return {**(record.get("config") or {}), **{k: record.get(k) for k in keys if k in record}}
+
+
+def mirror(record: dict, output_dir: str, mode: str, project: str, entity: str | None, group: str | None,
+           job_type: str = "train") -> str | None:
+    """Log ``record`` as one wandb run of role ``job_type`` (``train`` for a measured run,
+    ``simulate`` for a prediction); returns the run's local directory, or None."""
     if mode == "disabled":
         return None
     try:
-        import wandb  # lazy: a disabled logger never pays for importing it
-
-        os.environ.setdefault("WANDB_SILENT", "true")
-        run = wandb.init(
-            project=project, entity=entity, group=group, job_type=record.get("strategy"),
-            name=os.path.basename(os.path.normpath(output_dir)), dir=output_dir, mode=mode,
-            config=record.get("config", {}), reinit="finish_previous",
-        )
+        _, run = _init(mode, project=project, entity=entity, group=group, job_type=job_type,
+                       name=os.path.basename(os.path.normpath(output_dir)), dir=output_dir,
+                       tags=[t for t in (record.get("strategy"), record.get("tag")) if t], config=run_config(record))
         try:
             for step, loss in record.get("loss_curve") or []:
                 run.log({"train/loss": loss}, step=step)
@@ -40,7 +58,29 @@ def mirror(record: dict, output_dir: str, mode: str, project: str, entity: str |
         finally:
             run.finish(exit_code=0 if record.get("status") == "ok" else 1)
     except Exception as e:  # the local record must survive any wandb problem
-        first_line = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        print(f"warning: wandb mirror failed ({type(e).__name__}: {first_line}); the local record "
-              f"{os.path.join(output_dir, 'metrics.json')} is unaffected", file=sys.stderr, flush=True)
+        _warn("wandb mirror", e, f"the local record {os.path.join(output_dir, 'metrics.json')}")
         return None
+
+
+def log_comparison(table, sweep_dir: str, outputs: list[str], mode: str, project: str, entity: str | None,
+                   group: str | None) -> None:
+    """A sweep's comparison as a run of its own (role ``comparison``): the table as a wandb Table
+    (numeric columns stay numeric) and the sweep's tables, figures and machine description as
+    one artifact of type ``results``."""
+    if mode == "disabled":
+        return
+    name = f"comparison-{group or os.path.basename(os.path.normpath(sweep_dir))}"
+    try:
+        wandb, run = _init(mode, project=project, entity=entity, group=group, job_type="comparison", name=name,
+                           dir=sweep_dir)
+        try:
+            run.log({"comparison": wandb.Table(dataframe=table)})
+            artifact = wandb.Artifact(f"results-{group or 'sweep'}", type="results",
+                                      description=f"tables, figures and machine description of {sweep_dir}")
+            for path in outputs:
+                (artifact.add_dir if os.path.isdir(path) else artifact.add_file)(path)
+            run.log_artifact(artifact)
+        finally:
+            run.finish()
+    except Exception as e:  # a mirror only; the local tables stand
+        _warn("logging the comparison to wandb", e, f"the tables in {sweep_dir}")

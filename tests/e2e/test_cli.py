@@ -82,7 +82,7 @@ def test_a_sweep_over_strategies_shares_pipeline_keys_and_records_what_was_ignor
 
 def test_results_command_without_records_says_so(workdir):
     proc = run_cli([workdir], cwd=workdir, module="harness.results")
-    assert proc.returncode == 2 and "no metrics.json" in proc.stderr
+    assert proc.returncode == 2 and "no readable metrics.json" in proc.stderr
 
 
 @pytest.mark.parametrize("overrides,message", [

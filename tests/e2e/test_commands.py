@@ -31,3 +31,20 @@ def test_a_later_job_resumes_in_hybrid_mode_from_the_switch_checkpoint(tmp_path)
     assert [s for s, _ in b] == list(range(3, 8))  # the resumed job starts at the switch
     for (sa, la), (sb, lb) in zip(a[3:], b):
         assert sa == sb and abs(la - lb) < 1e-5  # and continues exactly where the first one was
+
+
+def test_the_preview_lists_every_job_of_a_sweep_without_starting_one(tmp_path):
+    six = "strategy=dp,hippie,ashpipe,pipelining,deepspeed,gpipe"
+    proc = run_cli(["-m", six, "world_size=2,3", "train.micro_batches=4"], cwd=str(tmp_path),
+                   module="harness.preview", timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = [line for line in proc.stdout.splitlines() if line.startswith("| strategy=")]
+    assert len(rows) == 12  # six strategies at two world sizes, in launch order
+    assert [r.split("|")[1].split()[0] for r in rows[:2]] == ["strategy=dp", "strategy=dp"]
+    by_job = {r.split("|")[1].replace(" train.micro_batches=4", "").strip(): r for r in rows}
+    assert "refused: world_size=3 is not divisible by strategy.stages=2" in by_job["strategy=hippie world_size=3"]
+    assert "ok (predicted on local_cpu" in by_job["strategy=hippie world_size=2"]
+    assert "ashpipe (planned)" in by_job["strategy=ashpipe world_size=3"]
+    assert "replicas [1, 1, 1], boundaries [2, 4]" in by_job["strategy=gpipe world_size=3"]
+    assert "12 job(s)" in proc.stderr and "nothing was started" in proc.stderr
+    assert os.listdir(tmp_path) == []  # no run or sweep directory, no record

@@ -79,5 +79,7 @@ def test_truncated_cifar100_file_is_named(tmp_path, verify):
     path = os.path.join(folder, "test")
     with open(path, "r+b") as f:
         f.truncate(100)
-    with pytest.raises(ConfigError, match=r"cifar-100-python/(train|test) is corrupt"):
+    with pytest.raises(ConfigError, match=r"cifar-100-python/(train|test) is corrupt") as e:
         check_available(DataConfig(name="cifar100", root=str(tmp_path), verify_md5=verify))
+    # a checksum failure says how to use a copy made on purpose; an unreadable file cannot be used at all
+    assert ("data.verify_md5=false" in str(e.value)) == verify

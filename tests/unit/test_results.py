@@ -4,12 +4,13 @@ import os
 
 import pytest
 
-from harness.report.record import failed_record, write
-from harness.report.tables import comparison, load_records, render
+from harness.report.record import failed_record, read, write
+from harness.report.schema import SCHEMA_VERSION, RecordError
+from harness.report.tables import comparison, interval, load_records, mlperf_times, render
 
 
 def _rec(strategy, world_size, throughput, mem, model="vit_micro", status="ok", error=None):
-    return {"status": status, "error": error, "strategy": strategy, "model": model, "data": "synthetic",
+    return {"schema_version": SCHEMA_VERSION, "status": status, "error": error, "strategy": strategy, "model": model, "data": "synthetic",
             "world_size": world_size, "global_batch": 64, "micro_batches": 4, "throughput": throughput,
             "step_time_s": 64 / throughput if throughput else None, "peak_memory_bytes": mem,
             "peak_memory_per_rank": [mem, mem], "accuracy": 0.2, "final_loss": 3.0, "device": "cpu"}
@@ -72,11 +73,52 @@ def test_latex_is_booktabs_with_the_best_value_in_bold(sweep):
     assert "\\textbf{200}" not in dp and "\\textbf{190.7}" not in dp  # DP uses more memory: not bold there
 
 
-def test_repeated_seeds_are_reported_as_mean_and_spread(tmp_path):
+def test_repeated_seeds_are_reported_with_a_95_percent_interval(tmp_path):
     for i, tp in enumerate((100.0, 110.0, 120.0)):
         write(str(tmp_path / f"dp{i}"), {**_rec("dp", 2, tp, 200), "seed": i})
     md = render(load_records([str(tmp_path)]), "md")
-    assert "110 ± 10" in md and "3/3 ok" in md
+    # t(0.975, 2 dof) = 4.303; 4.303 x 10 / sqrt(3) = 24.8
+    assert "110 ± 25" in md and "3/3 ok" in md
+    csv = render(load_records([str(tmp_path)]), "csv")
+    assert "samples/s ±95%" in csv.splitlines()[0] and ",110.0,24.8" in csv  # numeric columns stay numeric
+
+
+def test_repeats_of_one_configuration_are_aggregated_too(tmp_path):
+    for r, tp in enumerate((100.0, 104.0)):
+        write(str(tmp_path / f"dp{r}"), {**_rec("dp", 2, tp, 200), "seed": 0, "repeat": r})
+    assert "2/2 ok" in render(load_records([str(tmp_path)]), "md")
+
+
+def test_interval_and_mlperf_rule():
+    import pandas as pd
+
+    mean, half, n = interval(pd.Series([1.0, 2.0, 3.0, 4.0]))
+    assert (mean, n) == (2.5, 4) and half == pytest.approx(3.182446 * 1.2909944 / 2, rel=1e-5)
+    assert interval(pd.Series([5.0]))[1] != interval(pd.Series([5.0]))[1]  # one run: no interval (NaN)
+    assert list(mlperf_times(pd.Series([9.0, 1.0, 5.0, 3.0, 7.0]))) == [3.0, 5.0, 7.0]  # five: drop extremes
+    assert len(mlperf_times(pd.Series([1.0, 2.0, 3.0]))) == 3
+
+
+def test_a_foreign_or_old_file_is_named_in_one_line_and_skipped(tmp_path, capsys):
+    write(str(tmp_path / "ours"), _rec("dp", 2, 100.0, 200))
+    for name, content in (("old", '{"status": "ok", "strategy": "dp"}'), ("other", '{"loss": [1, 2]}'),
+                          ("future", '{"schema_version": 99, "status": "ok"}')):
+        os.makedirs(tmp_path / name)
+        (tmp_path / name / "metrics.json").write_text(content)
+    df = load_records([str(tmp_path)])
+    assert len(df) == 1 and df.iloc[0].strategy == "dp"
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 3 and all(line.startswith("skipping ") for line in lines)
+    assert any("old/metrics.json: no schema_version" in line for line in lines)
+    assert any("schema_version 99, this harness reads" in line for line in lines)
+
+
+def test_records_are_validated_when_written_and_read(tmp_path):
+    with pytest.raises(RecordError, match="accuracy"):
+        write(str(tmp_path / "bad"), {**_rec("dp", 2, 100.0, 200), "accuracy": 2.0})
+    assert not os.path.exists(tmp_path / "bad" / "metrics.json")
+    path = write(str(tmp_path / "good"), _rec("dp", 2, 100.0, 200))
+    assert read(path)["schema_version"] == SCHEMA_VERSION
 
 
 def test_figures_are_drawn_from_records(tmp_path):

@@ -1,0 +1,56 @@
+"""Records researchers can reproduce and share, as a sweep leaves them: the environment in every
+record, the schema, repeats interleaved in time with intervals, and wandb by its conventions
+(read back from the offline runs' own files)."""
+
+import glob
+import json
+import os
+
+import torch
+
+from harness.report.record import read
+from tests.helpers.cli import ROOT, TINY, run_cli
+from tests.helpers.wandb_offline import offline_run
+
+
+def test_a_repeated_sweep_records_its_environment_interleaves_repeats_and_logs_wandb_by_convention(workdir):
+    sweep = os.path.join(workdir, "sweep")
+    proc = run_cli(["-m", "world_size=1,2", "repeat=0,1", *TINY, "logger.mode=offline", "tag=t1",
+                    f"hydra.sweep.dir={sweep}"], cwd=workdir, timeout=400)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    jobs = sorted(glob.glob(os.path.join(sweep, "[0-9]*")), key=lambda d: int(os.path.basename(d).split("_")[0]))
+    recs = [read(os.path.join(d, "metrics.json")) for d in jobs]  # read() validates against the schema
+    # repeat is the outermost axis although it was given last: the repeats are interleaved in time
+    assert [(r["repeat"], r["world_size"]) for r in recs] == [(0, 1), (0, 2), (1, 1), (1, 2)]
+
+    env = recs[0]["environment"]
+    head = open(os.path.join(ROOT, ".git", "HEAD")).read().strip()
+    assert env["git_commit"] and len(env["git_commit"]) == 40 and isinstance(env["git_dirty"], bool)
+    if not head.startswith("ref:"):
+        assert env["git_commit"] == head
+    assert env["packages"]["torch"] == torch.__version__.split("+")[0] or env["packages"]["torch"] == torch.__version__
+    assert all(env["packages"][p] for p in ("timm", "hydra-core", "wandb", "deepspeed", "torchgpipe"))
+    assert env["cpu_cores"] == os.cpu_count() and env["host"] and env["gpu_count"] == 0
+
+    # intervals over the two repeats of each configuration
+    assert "2/2 ok" in proc.stdout and "±" in proc.stdout
+
+    group = json.load(open(os.path.join(sweep, "sweep.json")))["group"]
+    assert group.startswith("sweep-")
+    for job, rec in zip(jobs, recs):
+        (folder,) = glob.glob(os.path.join(job, "wandb", "offline-run-*"))
+        run = offline_run(folder)
+        assert run["job_type"] == "train" and run["group"] == group and set(run["tags"]) == {"dp", "t1"}
+        for key in ("world_size", "seed", "device", "precision", "tag", "strategy"):
+            assert json.loads(run["config"][key]) == rec[key], key
+    (folder,) = glob.glob(os.path.join(sweep, "wandb", "offline-run-*"))
+    comparison = offline_run(folder)
+    assert comparison["job_type"] == "comparison" and comparison["group"] == group
+    (results,) = [a for a in comparison["artifacts"] if a.type == "results"]
+    logged = {entry.path for entry in results.manifest.contents}
+    assert {"results.md", "results.csv", "results.tex", "machine.json"} <= logged
+    assert any(p.endswith(".png") for p in logged)  # the figures folder
+    (table_file,) = glob.glob(os.path.join(folder, "files", "media", "table", "comparison_*.table.json"))
+    table = json.load(open(table_file))
+    speed = table["columns"].index("samples/s")
+    assert all(isinstance(row[speed], float) for row in table["data"])  # a numeric column, not strings
