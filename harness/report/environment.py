@@ -27,14 +27,24 @@ def _version(package: str) -> str | None:
         return None
 
 
+_CHECKOUT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # above harness/
+
+
 def _git(*args: str) -> str | None:
-    """``git args`` in the checkout this code runs from (None for an installed package)."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    try:
-        out = subprocess.run(["git", *args], cwd=here, capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
+    """``git args`` in the checkout this code runs from; None for an installed package (even one
+    installed into a folder inside some repository: only a checkout whose root holds this very
+    ``harness/`` counts)."""
+    def run(*a: str) -> str | None:
+        try:
+            out = subprocess.run(["git", *a], cwd=_CHECKOUT, capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return out.stdout.strip() if out.returncode == 0 else None
+
+    top = run("rev-parse", "--show-toplevel")
+    if not top or not os.path.samefile(top, _CHECKOUT):
         return None
-    return out.stdout.strip() if out.returncode == 0 else None
+    return run(*args)
 
 
 def _cpu_model() -> str | None:
