@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from harness.errors import ConfigError
 from harness.metrics import optimizer_state_tensors
 from harness.strategies.base import PipelineKeys, Strategy, summed_eval
-from harness.strategies.layout import check_layout, resolve_boundaries, simulated_pipeline, uniform_replicas
+from harness.strategies.layout import Partition, check_layout, resolve_boundaries, simulated_pipeline, uniform_replicas
 from harness.training import make_optimizer
 
 _CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -100,7 +100,8 @@ class DeepSpeedPipeStrategy(Strategy):
         S, dp = len(replicas), replicas[0]
         self.layers, self.dp = layers, dp
         method = spec.strategy.partition_method
-        boundaries = resolve_boundaries(spec, layers, ctx, comm, replicas) if method == "harness" else None
+        shared = resolve_boundaries(spec, layers, ctx, comm, replicas) if method == "harness" else None
+        boundaries = shared.boundaries if shared else None
 
         class HarnessPartitionedModule(PipelineModule):
             """PipelineModule cut at the harness's boundaries instead of DeepSpeed's own rule."""
@@ -120,6 +121,7 @@ class DeepSpeedPipeStrategy(Strategy):
         )
         self.module = module
         self.layer_range = (module._local_start, module._local_stop)
+        self.partition = shared or Partition(list(module.parts[1:-1]), f"deepspeed's {method}")
         optimizer = make_optimizer(module.parameters(), spec.train)
         B, m = spec.train.global_batch, spec.train.micro_batches
         config = {

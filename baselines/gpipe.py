@@ -26,9 +26,9 @@ from torchgpipe import GPipe
 from harness.errors import ConfigError
 from harness.metrics import optimizer_state_tensors
 from harness.models import num_layers
-from harness.runtime.partition import balanced_boundaries, measure_layer_costs, stage_ranges
+from harness.runtime.partition import stage_ranges
 from harness.strategies.base import EvalResult, Strategy, StrategyConfig
-from harness.strategies.layout import check_layout, simulated_pipeline
+from harness.strategies.layout import check_layout, resolve_boundaries, simulated_pipeline
 from harness.training import eval_counts, make_optimizer
 
 _CHECKPOINT_MODES = ("always", "except_last", "never")
@@ -81,14 +81,9 @@ class GPipeStrategy(Strategy):
     def __init__(self, spec, layers, ctx, comm):
         super().__init__(spec, layers, ctx, comm)
         S = spec.strategy.stages
-        if spec.strategy.boundaries is not None:
-            boundaries = list(spec.strategy.boundaries)
-        else:
-            micro = max(1, spec.train.global_batch // spec.train.micro_batches)
-            size = spec.data.image_size
-            costs = measure_layer_costs(layers, torch.randn(micro, 3, size, size))
-            boundaries = balanced_boundaries(costs, S)
-        self.boundaries = boundaries
+        # the shared rule: one partition per sweep, measured at the micro-batch size (one replica)
+        self.partition = resolve_boundaries(spec, layers, ctx, comm, [1] * S)
+        boundaries = self.partition.boundaries
         balance = [hi - lo for lo, hi in stage_ranges(boundaries, num_layers(spec.model))]
         if ctx.device.type == "cuda":
             devices = [torch.device("cuda", i) for i in range(S)]
@@ -134,7 +129,7 @@ class GPipeStrategy(Strategy):
         return _patched(torchgpipe.pipeline, "spawn_workers", _inline_workers)
 
     def layout(self):
-        return {"stage": "all", "devices": [str(d) for d in self.devices], "boundaries": self.boundaries}
+        return {"stage": "all", "devices": [str(d) for d in self.devices], "boundaries": self.partition.boundaries}
 
 
 class _InlineQueue:

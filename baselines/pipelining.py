@@ -57,8 +57,8 @@ class PipeliningStrategy(Strategy):
         self.stage, self.replica = topo.stage_of(ctx.rank), topo.replica_of(ctx.rank)
         self.n_replicas, self.num_stages = n, S
 
-        boundaries = resolve_boundaries(spec, layers, ctx, comm, replicas)
-        ranges = stage_ranges(boundaries, len(layers))
+        self.partition = resolve_boundaries(spec, layers, ctx, comm, replicas)
+        ranges = stage_ranges(self.partition.boundaries, len(layers))
         self.layer_range = ranges[self.stage]
         # all ranks create all groups, in the same order
         pipe_groups = [new_group([s * n + j for s in range(S)], ctx.timeout) for j in range(n)]

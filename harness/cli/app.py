@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 from hydra.core.hydra_config import HydraConfig
@@ -51,6 +52,8 @@ def run_task(cfg: DictConfig) -> None:
         raise SystemExit(2)
 
     spec.output_dir = output_dir
+    if multirun:  # every run of the sweep cuts the model where its first pipeline measured the cut
+        spec.partition_dir = os.path.join(hc.sweep.dir, "partitions")
     rec = launch.run(spec, output_dir)
     if rec.get("status") == "running":  # a non-zero rank under torchrun/Slurm: rank 0 reports
         return

@@ -45,6 +45,8 @@ class RunSpec:
     ignored: dict = field(default_factory=dict)
     steps_per_epoch: int = 0
     output_dir: str = ""  # the run's directory (set at launch; workers write checkpoints there)
+    # a sweep's folder of measured partitions, shared by its runs (set at launch; "": measure per run)
+    partition_dir: str = ""
 
     @property
     def timed_steps(self) -> int:

@@ -118,6 +118,9 @@ def train(spec: RunSpec, ctx: comm_mod.DistContext, progress: bool = True) -> di
         "target_accuracy": t.target_accuracy,
         "train_time_s": train_time,
         "parameters": n_params,
+        # the cut every stage used, and whether it was given, measured, shared within the sweep or planned
+        "boundaries": strategy.partition.boundaries if strategy.partition else None,
+        "partition_source": strategy.partition.source if strategy.partition else None,
         "per_rank": gathered,
     }
 

@@ -46,7 +46,7 @@ from harness.runtime import schedule as sch
 from harness.runtime.executor import GradSync, StageExecutor
 from harness.runtime.stage import build_stage
 from harness.strategies.base import Strategy, StrategyConfig, summed_eval
-from harness.strategies.layout import check_layout, pipeline_layout, simulated_pipeline
+from harness.strategies.layout import Partition, check_layout, pipeline_layout, simulated_pipeline
 from harness.training import eval_counts, make_optimizer, replica_slice, summed_loss
 
 
@@ -154,21 +154,21 @@ class AshPipeStrategy(Strategy):
             self._build_hybrid(optimizer_state=None)
 
     # -- layouts --------------------------------------------------------------
-    def _layout(self) -> tuple[list[int], list[int] | None, set[int] | None]:
-        """Replicas, boundaries and recomputed layers: from the config, or from the planner."""
+    def _layout(self) -> tuple[list[int], Partition | None, set[int] | None]:
+        """Replicas, partition and recomputed layers: from the config (the partition then follows
+        the shared rule), or from the planner."""
         if self.spec.strategy.replicas is not None:
             return list(self.spec.strategy.replicas), None, None
         chosen, report = plan_in_job(self.spec, self.layers, self.ctx, self.comm)
         self.plan_report = report
-        return chosen.replicas, chosen.boundaries, set(chosen.recompute_layers)
+        return chosen.replicas, Partition(chosen.boundaries, "planned"), set(chosen.recompute_layers)
 
     def _build_hybrid(self, optimizer_state: torch.optim.Optimizer | None) -> None:
-        replicas, boundaries, recompute = self._layout()
+        replicas, partition, recompute = self._layout()
         spec = self.spec
-        layout = pipeline_layout(spec, self.layers, self.ctx, self.comm, replicas, boundaries, recompute,
-                                 bucket_mb=spec.strategy.bucket_mb)
+        layout, self.partition = pipeline_layout(spec, self.layers, self.ctx, self.comm, replicas, partition,
+                                                 recompute, bucket_mb=spec.strategy.bucket_mb)
         self.build = build_stage(layout, self.layers, self.ctx, self.comm)
-        self.boundaries = list(layout.boundaries)
         self.plan = self.build.plan
         self.params = list(self.build.module.parameters())
         group = self.build.replica_group
@@ -204,7 +204,7 @@ class AshPipeStrategy(Strategy):
             return
         os.makedirs(folder, exist_ok=True)
         state = {**self.checkpoint_state(), "step": self.calls, "replicas": list(self.plan.topo.replicas),
-                 "boundaries": self.boundaries, "model": self.spec.model.name}
+                 "boundaries": self.partition.boundaries, "model": self.spec.model.name}
         tmp = os.path.join(folder, f".rank{self.ctx.rank}.pt.tmp")
         torch.save(state, tmp)
         os.replace(tmp, os.path.join(folder, f"rank{self.ctx.rank}.pt"))
@@ -281,7 +281,7 @@ class AshPipeStrategy(Strategy):
         if self.executor is None:
             return {"stage": "dp", "layers": [0, len(self.layers)]}
         return {"stage": self.plan.stage, "replica": self.plan.replica, "layers": list(self.build.layer_range),
-                "boundaries": self.boundaries, "replicas": list(self.plan.topo.replicas),
+                "boundaries": self.partition.boundaries, "replicas": list(self.plan.topo.replicas),
                 "recompute": sorted(self.build.recompute), "switch_step": self.switch_at}
 
     def extra_metrics(self):

@@ -86,6 +86,8 @@ class Strategy(ABC):
         # per train_step: where this rank's time went ({compute_s, comm_s, idle_s, events});
         # strategies that cannot split their time leave it empty
         self.step_stats: list[dict] = []
+        # where a pipeline cut the layer list (harness.strategies.layout.Partition); None: no cut
+        self.partition = None
 
     # -- what the harness asks of the class, before any process starts -------------
     @classmethod

@@ -44,9 +44,9 @@ class HippieStrategy(Strategy):
 
     def __init__(self, spec, layers, ctx, comm):
         super().__init__(spec, layers, ctx, comm)
-        layout = pipeline_layout(spec, layers, ctx, comm, uniform_replicas(spec), bucket_mb=spec.strategy.bucket_mb)
+        layout, self.partition = pipeline_layout(spec, layers, ctx, comm, uniform_replicas(spec),
+                                                 bucket_mb=spec.strategy.bucket_mb)
         self.build = build_stage(layout, layers, ctx, comm)
-        self.boundaries = list(layout.boundaries)
         self.plan = self.build.plan
         self.params = list(self.build.module.parameters())
         self.optimizer = make_optimizer(self.params, spec.train)
@@ -101,7 +101,7 @@ class HippieStrategy(Strategy):
 
     def layout(self):
         return {"stage": self.plan.stage, "replica": self.plan.replica, "layers": list(self.build.layer_range),
-                "boundaries": self.boundaries, "recompute": sorted(self.build.recompute),
+                "boundaries": self.partition.boundaries, "recompute": sorted(self.build.recompute),
                 "replicas": list(self.plan.topo.replicas)}
 
     def owned_layers(self):

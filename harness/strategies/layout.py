@@ -10,6 +10,12 @@ baselines use the same rules, so they compare on the same partition.
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 
@@ -115,19 +121,59 @@ def recompute_of_stages(rule, n_layers: int, ranges: list[tuple[int, int]]) -> f
                      for i in resolve_recompute(rule, n_layers, r, last_stage=s == len(ranges) - 1))
 
 
-def resolve_boundaries(spec, layers: list[nn.Module], ctx: DistContext, comm: Comm, replicas: list[int]) -> list[int]:
-    """``strategy.boundaries`` if given, else a balance of costs measured on rank 0 and
-    broadcast, so every rank (and every strategy given the same spec) cuts alike."""
+@dataclass(frozen=True)
+class Partition:
+    """Where a run cut the layer list, and how it came by the cut (for its record)."""
+
+    boundaries: list[int]
+    # given (strategy.boundaries) | measured (by this run) | shared (measured by an earlier run of
+    # the sweep, read from its partitions/ folder) | planned (AshPipe's planner)
+    source: str
+
+
+def resolve_boundaries(spec, layers: list[nn.Module], ctx: DistContext, comm: Comm, replicas: list[int]) -> Partition:
+    """``strategy.boundaries`` if given, else a balance of per-layer costs measured on rank 0 and
+    broadcast, so every rank cuts alike. Within a sweep (``spec.partition_dir`` set) the cut is
+    measured once per model, device, micro-batch size and stage count and every later run of the
+    sweep reuses it, so every strategy of a sweep compares on the same partition."""
     if spec.strategy.boundaries is not None:
-        return list(spec.strategy.boundaries)
-    return comm.broadcast_object(_measured_boundaries(spec, layers, ctx.device, replicas) if ctx.rank == 0 else None)
+        return Partition(list(spec.strategy.boundaries), "given")
+    return comm.broadcast_object(_shared_or_measured(spec, layers, ctx.device, replicas) if ctx.rank == 0 else None)
+
+
+def _micro_batch(spec, replicas: list[int]) -> int:
+    """Samples one replica computes per micro-batch: the batch layer costs are measured at."""
+    return max(1, spec.train.global_batch // spec.train.micro_batches // max(replicas))
+
+
+def _shared_or_measured(spec, layers: list[nn.Module], device: torch.device, replicas: list[int]) -> Partition:
+    if not spec.partition_dir:
+        return Partition(_measured_boundaries(spec, layers, device, replicas), "measured")
+    model = hashlib.sha1(json.dumps(vars(spec.model), sort_keys=True, default=str).encode()).hexdigest()[:8]
+    name = f"{spec.model.name}-{model}-{device.type}-micro{_micro_batch(spec, replicas)}-stages{len(replicas)}.json"
+    path = os.path.join(spec.partition_dir, name)
+    if not os.path.isfile(path):
+        measured = {"boundaries": _measured_boundaries(spec, layers, device, replicas),
+                    "measured_by": spec.strategy.name, "micro_batch": _micro_batch(spec, replicas)}
+        os.makedirs(spec.partition_dir, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=spec.partition_dir, prefix=".partition.")
+        with os.fdopen(fd, "w") as f:
+            json.dump(measured, f)
+        try:
+            os.link(tmp, path)  # atomic, and fails if a run in parallel measured first: its cut wins
+            return Partition(measured["boundaries"], "measured")
+        except FileExistsError:
+            pass
+        finally:
+            os.remove(tmp)
+    with open(path) as f:
+        return Partition(json.load(f)["boundaries"], "shared")
 
 
 def _measured_boundaries(spec, layers: list[nn.Module], device: torch.device, replicas: list[int]) -> list[int]:
     """Balance forward+backward time measured on this device at the micro-batch size."""
-    micro = max(1, spec.train.global_batch // spec.train.micro_batches // max(replicas))
     size = spec.data.image_size
-    sample = torch.randn(micro, 3, size, size, device=device)
+    sample = torch.randn(_micro_batch(spec, replicas), 3, size, size, device=device)
     moved = [layer.to(device) for layer in layers]
     return balanced_boundaries(measure_layer_costs(moved, sample), len(replicas))
 
@@ -140,20 +186,22 @@ def boundary_shapes(spec, ranges: list[tuple[int, int]]) -> tuple[tuple[int, ...
 
 
 def pipeline_layout(spec, layers: list[nn.Module], ctx: DistContext, comm: Comm, replicas: list[int],
-                    boundaries: list[int] | None = None, recompute: set[int] | None = None,
-                    bucket_mb: float = 4.0) -> PipelineLayout:
-    """The runtime's layout for this spec. ``boundaries`` and ``recompute`` (global layer
-    indices) override the spec's rules when a planner has chosen them. Collective when the
-    boundaries are measured."""
-    if boundaries is None:
-        boundaries = resolve_boundaries(spec, layers, ctx, comm, replicas)
+                    partition: Partition | None = None, recompute: set[int] | None = None,
+                    bucket_mb: float = 4.0) -> tuple[PipelineLayout, Partition]:
+    """The runtime's layout for this spec, and its partition. ``partition`` and ``recompute``
+    (global layer indices) override the spec's rules when a planner has chosen them. Collective
+    when the boundaries are measured."""
+    if partition is None:
+        partition = resolve_boundaries(spec, layers, ctx, comm, replicas)
+    boundaries = partition.boundaries
     n = len(layers)
     ranges = stage_ranges(boundaries, n)
     if recompute is None:
         recompute = recompute_of_stages(getattr(spec.strategy, "recompute", "none"), n, ranges)
-    return PipelineLayout(replicas=tuple(replicas), boundaries=tuple(boundaries),
-                          micro_batches=spec.train.micro_batches, recompute=frozenset(recompute),
-                          boundary_shapes=boundary_shapes(spec, ranges), bucket_bytes=int(bucket_mb * 2**20))
+    layout = PipelineLayout(replicas=tuple(replicas), boundaries=tuple(boundaries),
+                            micro_batches=spec.train.micro_batches, recompute=frozenset(recompute),
+                            boundary_shapes=boundary_shapes(spec, ranges), bucket_bytes=int(bucket_mb * 2**20))
+    return layout, partition
 
 
 def simulated_pipeline(spec, profile: Profile, replicas: list[int], schedule: str, *, hides_allreduce: bool,

@@ -78,6 +78,11 @@ def test_a_sweep_over_strategies_shares_pipeline_keys_and_records_what_was_ignor
     assert recs["dp"]["status"] == recs["hippie"]["status"] == "ok"
     assert recs["dp"]["ignored_strategy_keys"] == {"recompute": "none"}  # DP has no recomputation
     assert recs["hippie"]["ignored_strategy_keys"] == {} and recs["hippie"]["config"]["strategy"]["recompute"] == "none"
+    # the sweep's partition: measured once by its first pipeline, recorded with the run; DP has no cut
+    assert recs["hippie"]["partition_source"] == "measured" and len(recs["hippie"]["boundaries"]) == 1
+    assert recs["dp"]["boundaries"] is None
+    (shared,) = glob.glob(f"{sweep}/partitions/*.json")
+    assert json.load(open(shared))["boundaries"] == recs["hippie"]["boundaries"]
 
 
 def test_results_command_without_records_says_so(workdir):
