@@ -1,1 +1,1 @@
-"""Baseline strategies run the way their own users run them, behind harness.strategy.Strategy."""
+"""Baseline strategies run the way their own users run them, behind harness.strategies.base.Strategy."""

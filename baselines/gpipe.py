@@ -52,11 +52,14 @@ class GPipeStrategy(Strategy):
         return 1
 
     @classmethod
+    def complete(cls, spec) -> None:
+        if spec.strategy.stages is None:
+            spec.strategy.stages = spec.world_size
+
+    @classmethod
     def check(cls, spec) -> None:
         if spec.strategy.checkpoint not in _CHECKPOINT_MODES:
             raise ConfigError(f"strategy.checkpoint={spec.strategy.checkpoint} is not one of {', '.join(_CHECKPOINT_MODES)}")
-        if spec.strategy.stages is None:
-            spec.strategy.stages = spec.world_size
         stages = spec.strategy.stages
         if stages != spec.world_size:
             raise ConfigError(

@@ -23,11 +23,16 @@ from harness.errors import ConfigError
 from harness.models import build_layers
 from harness.planning.planner import Profile, data_parallel_cost, plan
 from harness.planning.profiling import measure_local_network, profile_layers
-from harness.strategies.ashpipe import assumed_network, memory_limit_bytes, profile_sample
+from harness.strategies.ashpipe import AshPipeStrategy, assumed_network, memory_limit_bytes, profile_sample
 
 
 def _plan(cfg: DictConfig) -> None:
     spec = spec_or_exit(cfg)
+    if not issubclass(spec.strategy_cls, AshPipeStrategy):
+        print(f"error: python -m harness.plan plans AshPipe's stages and replicas; strategy={spec.strategy.name} "
+              "has no planner (drop the strategy override, or use python -m harness.preview to see its layout)",
+              file=sys.stderr)
+        raise SystemExit(2)
     try:
         device = torch.device("cuda" if spec.device == "cuda" else "cpu")
         network = assumed_network(spec)

@@ -111,7 +111,7 @@ class LoggerConfig:
 
 @dataclass
 class ClusterConfig:
-    """A cluster for the simulator (harness.simulator.Cluster); presets in conf/cluster/."""
+    """A cluster for the simulator (harness.planning.simulator.Cluster); presets in conf/cluster/."""
 
     name: str = "local_cpu"
     devices_per_node: int = 2

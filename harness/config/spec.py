@@ -166,6 +166,7 @@ def build_spec(cfg: DictConfig | RunConfig) -> RunSpec:
     if t.resume is not None:
         checkpoint_folder(t.resume)  # refuses a path without a checkpoint
     data_mod.check_available(rc.data)
+    cls.complete(spec)
     cls.check(spec)
     return spec
 

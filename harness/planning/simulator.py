@@ -42,7 +42,7 @@ class SimLayout:
 
     strategy: str  # the label the prediction's record carries
     replicas: list[int]  # per stage
-    boundaries: list[int]  # first layer of stages 1..S-1
+    boundaries: list[int] | None  # first layer of stages 1..S-1 (None: balanced on the profile's costs)
     micro_batches: int
     schedule: str  # a key of harness.runtime.schedule.SCHEDULES, or ASYNC
     recompute: set[int]  # global indices of recomputed layers

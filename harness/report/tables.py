@@ -39,7 +39,7 @@ REFERENCE_STRATEGY = "dp"
 GROUP_KEYS = ["model", "data", "world_size", "global_batch", "device"]
 _COLUMNS = ["strategy", "model", "data", "world_size", "global_batch", "micro_batches", "seed", "repeat", "device", "status", "throughput",
             "step_time_s", "speedup", "peak_memory_bytes", "me", "accuracy", "final_loss", "time_to_target_s",
-            "error", "path", "simulated"]
+            "error", "path", "simulated", "configuration"]
 # column -> True if larger is better (for the bold best value in LaTeX)
 _BEST = {"samples/s": True, "speedup": True, "ME": True, "top-1 %": True, "peak MiB/rank": False,
          "final loss": False, "s to target": False}
@@ -110,9 +110,19 @@ def _wandb_records(path: str) -> list[dict]:
     return records
 
 
+# what makes two runs the same configuration, besides their full config: seeds and repeats differ
+_IDENTITY = ("strategy", "variant", "model", "data", "world_size", "global_batch", "micro_batches", "device", "tag",
+             "cluster", "replicas", "boundaries", "config")
+
+
+def configuration_id(record: dict) -> str:
+    """Equal for runs of one configuration (every setting but the seed and the repeat), else different."""
+    return json.dumps({k: record.get(k) for k in _IDENTITY}, sort_keys=True, default=str)
+
+
 def to_frame(records: list[dict]) -> pd.DataFrame:
-    rows = [{k: v for k, v in r.items() if not isinstance(v, (dict, list)) or k == "peak_memory_per_rank"}
-            for r in records]
+    rows = [{**{k: v for k, v in r.items() if not isinstance(v, (dict, list)) or k == "peak_memory_per_rank"},
+             "configuration": configuration_id(r)} for r in records]
     df = pd.DataFrame(rows)
     for col in _COLUMNS:
         if col not in df.columns:
@@ -175,6 +185,7 @@ def presentable(df: pd.DataFrame) -> pd.DataFrame:
         "final loss": df["final_loss"].astype(float).round(4),
         "s to target": df["time_to_target_s"].astype(float).round(1),
         "note": df.get("note", ""),
+        "configuration": df["configuration"],
     })
 
 
@@ -203,8 +214,8 @@ def aggregated(table: pd.DataFrame) -> pd.DataFrame:
     """One row per configuration run several times (seeds or repeats): for every figure its mean
     and the half-width of its 95% confidence interval (``<figure> ±95%``), and the runs counted."""
     out = []
-    for key, group in table.groupby(CONFIG_KEYS, dropna=False, sort=False):
-        row = dict(zip(CONFIG_KEYS, key))
+    for _, group in table.groupby("configuration", sort=False):
+        row = {k: group[k].iloc[0] for k in CONFIG_KEYS}
         ok = group[group["status"] == "ok"]
         row["runs"] = f"{len(ok)}/{len(group)} ok"
         for col in _BEST:
@@ -262,9 +273,9 @@ def comparison_table(df: pd.DataFrame) -> pd.DataFrame:
     """The comparison, one row per run, or per configuration with intervals where any ran several
     times (seeds or repeats); numeric columns stay numeric."""
     table = presentable(comparison(df))
-    if (table.groupby(CONFIG_KEYS, dropna=False).size() > 1).any():
+    if table["configuration"].duplicated().any():
         table = aggregated(table)
-    return table
+    return table.drop(columns=["configuration"], errors="ignore")
 
 
 def write_outputs(sources: list[str], out_dir: str) -> tuple[str, list[str]]:

@@ -28,11 +28,13 @@ def _warn(what: str, e: Exception, keeps: str) -> None:
 
 
 def run_config(record: dict) -> dict:
-    """The wandb config of a run: what was run (the record's config) and the keys a wandb user
-    filters and groups by."""
-    keys = ("strategy", "variant", "model", "data", "world_size", "global_batch", "micro_batches", "seed", "device",
-            "precision", "tag", "cluster")
-    return {**(record.get("config") or {}), **{k: record.get(k) for k in keys if k in record}}
+    """The wandb config of a run: what was run (the record's config: model, data, strategy, train
+    and launch settings, each with its name) and the keys a wandb user filters and groups by."""
+    config = dict(record.get("config") or {})
+    keys = ("strategy", "variant", "model", "data", "world_size", "global_batch", "micro_batches", "seed", "repeat",
+            "device", "precision", "tag", "cluster")
+    # a name the nested config already holds (strategy.name, model.name) is not flattened over it
+    return {**config, **{k: record[k] for k in keys if k in record and k not in config}}
 
 
 def mirror(record: dict, output_dir: str, mode: str, project: str, entity: str | None, group: str | None,

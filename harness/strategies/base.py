@@ -7,7 +7,8 @@ comparing its name:
 - ``name`` and ``Config``: the strategy's name (``strategy=<name>``, the file
   ``conf/strategy/<name>.yaml`` whose ``_target_`` names the class) and the
   dataclass of the ``strategy.*`` keys it reads, with their defaults;
-- ``check(spec)``: refuse before launch what it cannot run;
+- ``complete(spec)`` and ``check(spec)``: fill in defaults that depend on the rest of
+  the spec, then refuse before launch what it cannot run;
 - ``processes``, ``takes_micro_batches``, ``samples_per_forward``: how many
   workers it starts, whether micro-batches apply, the batch one worker
   computes per forward (what a profile is measured at);
@@ -52,7 +53,8 @@ class StrategyConfig:
 class PipelineKeys(StrategyConfig):
     """Keys shared by the pipeline strategies. A sweep over strategies may set them for all
     (``-m strategy=dp,hippie strategy.recompute=none``): a strategy without the concept
-    records that it ignored them, instead of refusing the run."""
+    records that it ignored them, instead of refusing the run; a strategy that has the concept
+    but not the value asked for (DeepSpeed's schedule=gpipe) refuses it in one line."""
 
     stages: int = 2
     # index of the first layer of stages 1..S-1; unset: balanced on measured cost
@@ -90,6 +92,11 @@ class Strategy(ABC):
         self.partition = None
 
     # -- what the harness asks of the class, before any process starts -------------
+    @classmethod
+    def complete(cls, spec) -> None:
+        """Fill in the strategy's keys whose defaults depend on the rest of the spec (runs before
+        ``check``, so the record shows the value a run used)."""
+
     @classmethod
     def check(cls, spec) -> None:
         """Refuse a spec this strategy cannot run (raise ConfigError); runs before launch."""

@@ -127,7 +127,7 @@ class Partition:
 
     boundaries: list[int]
     # given (strategy.boundaries) | measured (by this run) | shared (measured by an earlier run of
-    # the sweep, read from its partitions/ folder) | planned (AshPipe's planner)
+    # the sweep, read from its partitions/ folder) | planned (AshPipe's planner) | deepspeed's <method>
     source: str
 
 
@@ -164,8 +164,12 @@ def _shared_or_measured(spec, layers: list[nn.Module], device: torch.device, rep
             return Partition(measured["boundaries"], "measured")
         except FileExistsError:
             pass
+        except OSError:  # a file system without hard links: a whole file by rename, the last one stands
+            os.replace(tmp, path)
+            return Partition(measured["boundaries"], "measured")
         finally:
-            os.remove(tmp)
+            if os.path.exists(tmp):
+                os.remove(tmp)
     with open(path) as f:
         return Partition(json.load(f)["boundaries"], "shared")
 
@@ -210,6 +214,9 @@ def simulated_pipeline(spec, profile: Profile, replicas: list[int], schedule: st
     """A pipeline strategy's layout for the simulator, cut by the same rule as a real run
     (given boundaries, else balanced on the profile's per-layer costs)."""
     n = len(profile.layers)
+    if n != num_layers(spec.model):
+        raise ConfigError(f"the profile has {n} layers but {spec.model.name} as configured has {num_layers(spec.model)}; "
+                          "profile this model as configured (python -m harness.profile with the same model.* keys)")
     boundaries = getattr(spec.strategy, "boundaries", None)
     if boundaries is None:
         costs = [l.forward_s + l.backward_s for l in profile.layers]

@@ -41,8 +41,10 @@ def test_a_repeated_sweep_records_its_environment_interleaves_repeats_and_logs_w
         (folder,) = glob.glob(os.path.join(job, "wandb", "offline-run-*"))
         run = offline_run(folder)
         assert run["job_type"] == "train" and run["group"] == group and set(run["tags"]) == {"dp", "t1"}
-        for key in ("world_size", "seed", "device", "precision", "tag", "strategy"):
+        for key in ("world_size", "seed", "repeat", "device", "precision", "tag", "variant"):
             assert json.loads(run["config"][key]) == rec[key], key
+        strategy = json.loads(run["config"]["strategy"])  # the strategy's settings, with its name
+        assert strategy["name"] == "dp" and json.loads(run["config"]["train"])["global_batch"] == 16
     (folder,) = glob.glob(os.path.join(sweep, "wandb", "offline-run-*"))
     comparison = offline_run(folder)
     assert comparison["job_type"] == "comparison" and comparison["group"] == group

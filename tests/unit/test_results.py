@@ -144,3 +144,14 @@ def test_wandb_offline_folder_is_a_source(tmp_path):
     write(str(mirror_copy), _rec("dp", 2, 100.0, 200))
     assert len(load_records([str(tmp_path)])) == 1  # the mirror's copy is not counted twice
     assert len(load_records([str(run_dir / "wandb")])) == 1  # but a wandb folder can be read on its own
+
+
+def test_only_runs_of_one_configuration_are_aggregated(tmp_path):
+    """Two settings the table's columns do not show (here Hippie's stage count) stay two rows;
+    two seeds of one setting become one row with an interval."""
+    for name, stages, seed in (("a", 2, 0), ("b", 2, 1), ("c", 4, 0)):
+        write(str(tmp_path / name), {**_rec("hippie", 4, 100.0 + seed, 50), "seed": seed,
+                                     "config": {"strategy": {"name": "hippie", "stages": stages}}})
+    md = render(load_records([str(tmp_path)]), "md")
+    rows = [line for line in md.splitlines() if line.startswith("| hippie")]
+    assert len(rows) == 2 and sum("2/2 ok" in r for r in rows) == 1 and sum("1/1 ok" in r for r in rows) == 1

@@ -101,3 +101,11 @@ def test_hippie_recomputation_rule_reaches_the_simulated_layout():
     layout = spec.strategy_cls.simulated(spec, _uniform_profile(n_layers=6), _free_network_cluster())
     assert layout.recompute == {1, 2}  # blocks of stage 0; none on the last stage
 
+
+
+def test_a_profile_of_another_depth_is_refused_in_one_line():
+    from harness.errors import ConfigError
+
+    spec = make_spec("strategy=hippie", "world_size=2")
+    with pytest.raises(ConfigError, match="the profile has 4 layers but vit_micro as configured has 6"):
+        spec.strategy_cls.simulated(spec, _uniform_profile(n_layers=4), _free_network_cluster())
