@@ -47,10 +47,8 @@ class DDPStrategy(Strategy):
         share = replica_slice(x.shape[0], self.ctx.world_size, self.ctx.rank)
         return summed_eval(self.comm, eval_counts(self.model(x[share]), y[share]))
 
-    def resident_tensors(self):
-        yield from self.model.parameters()
-        yield from self.model.buffers()
-        yield from optimizer_state_tensors(self.optimizer)
+    def memory_parts(self):
+        return {"parameters": list(self.model.parameters()), "optimizer_state": optimizer_state_tensors(self.optimizer)}
 
     def layout(self):
         return {"stage": 0, "replica": self.ctx.rank, "layers": [0, len(self.layers)]}

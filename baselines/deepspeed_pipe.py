@@ -179,10 +179,8 @@ class DeepSpeedPipeStrategy(Strategy):
             counts = (correct, count, ce)
         return summed_eval(self.comm, counts)
 
-    def resident_tensors(self):
-        yield from self.module.parameters()
-        yield from self.module.buffers()
-        yield from optimizer_state_tensors(self.engine.optimizer)
+    def memory_parts(self):
+        return {"parameters": list(self.module.parameters()), "optimizer_state": optimizer_state_tensors(self.engine.optimizer)}
 
     def layout(self):
         return {"stage": self.stage, "replica": self.replica, "layers": list(self.layer_range)}

@@ -113,10 +113,8 @@ class GPipeStrategy(Strategy):
         correct, count, loss_sum = eval_counts(out, y.to(out.device))
         return EvalResult(int(correct), int(count), loss_sum)
 
-    def resident_tensors(self):
-        yield from self.model.parameters()
-        yield from self.model.buffers()
-        yield from optimizer_state_tensors(self.optimizer)
+    def memory_parts(self):
+        return {"parameters": list(self.model.parameters()), "optimizer_state": optimizer_state_tensors(self.optimizer)}
 
     def memory_step_context(self):
         """On CPU, run torchgpipe's one worker thread inline for the measured step.

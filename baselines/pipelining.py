@@ -46,6 +46,9 @@ class PipeliningStrategy(Strategy):
                 f"torch.distributed.pipelining needs equal micro-batches: train.global_batch={B} must be divisible by "
                 f"{n} pipeline replica(s) x {m} micro-batches; use a multiple of {n * m}"
             )
+        if m < len(replicas):
+            raise ConfigError(f"torch.distributed.pipelining's schedules need at least one micro-batch per stage: "
+                              f"train.micro_batches={m} with {len(replicas)} stages; set train.micro_batches>={len(replicas)}")
         if spec.strategy.recompute not in ("none", None):
             raise ConfigError("strategy=pipelining has no recomputation in this harness; set strategy.recompute=none")
 
@@ -125,10 +128,8 @@ class PipeliningStrategy(Strategy):
         last = self.stage == self.num_stages - 1
         return summed_eval(self.comm, eval_counts(out, y) if last else (0.0, 0.0, 0.0))
 
-    def resident_tensors(self):
-        yield from self.module.parameters()
-        yield from self.module.buffers()
-        yield from optimizer_state_tensors(self.optimizer)
+    def memory_parts(self):
+        return {"parameters": list(self.module.parameters()), "optimizer_state": optimizer_state_tensors(self.optimizer)}
 
     def layout(self):
         return {"stage": self.stage, "replica": self.replica, "layers": list(self.layer_range)}

@@ -1,40 +1,61 @@
 """Per-rank measurements: step times, live training memory, process RSS.
 
-Memory is measured, never estimated:
-- on CUDA, the caching allocator's peak (``torch.cuda.max_memory_allocated``);
-- on CPU there is no allocator peak to read, so one training step (the last,
-  which is excluded from timing) runs under the PyTorch profiler with memory
-  recording on. Every allocation and free of the CPU allocator during the step
-  is replayed in time order; the peak of that running sum plus the bytes held
-  live when the step began (parameters, optimizer state, stashed weights,
-  persistent buffers, counted once per storage) is the peak of what training
-  holds live. Gradients, activations saved for backward, recomputation,
-  communication buffers and optimizer temporaries all show up as allocations.
-Process peak RSS is reported beside it.
+Memory is measured one way for every strategy, nothing declared by hand: the
+peak of the bytes the device's allocator holds live during one steady-state
+step (the last of the run, after warm-up, excluded from timing; the same window
+on CPU and CUDA).
+- On CUDA, the caching allocator's peak, reset when the step starts
+  (``torch.cuda.max_memory_allocated``).
+- On CPU, torch's allocator is told to account every block from the worker's
+  start (:func:`track_cpu_allocations`), and the step runs under the profiler
+  with memory recording; each allocation or free it records carries the
+  allocator's running total of live bytes, so blocks allocated before the step
+  (parameters, optimizer state, stashed weights, DDP's buckets, a library's
+  receive buffers) are in the total and their frees are honoured.
+  Host tensors that on a GPU would not be on the device are subtracted,
+  measured: the dataset and the host copies of the layers this rank does not
+  train (every rank builds the whole model on the host first, as on a GPU node).
+The breakdown per rank gives the measured bytes of the parameters, of the
+gradients the step produced, of the optimizer state and of stashed weight
+versions; ``other`` is the rest of the peak (activations saved for backward,
+recomputation, communication and library buffers, temporaries). Gradients are
+counted at their full size; where the peak comes before the last of them is
+allocated, ``other`` is that much smaller. Process peak RSS is reported beside it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import resource
 import statistics
 import sys
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 import torch
+from torch._C._profiler import _EventType
+from torch.optim.optimizer import register_optimizer_step_pre_hook
 from torch.profiler import ProfilerActivity, profile
 
+MEMORY_PARTS = ("parameters", "gradients", "optimizer_state", "stashed_weights")
 
-def tensor_bytes(tensors: Iterable[torch.Tensor]) -> int:
-    """Bytes of the distinct storages behind ``tensors`` (views counted once)."""
+
+def tensor_bytes(tensors: Iterable[torch.Tensor], skip: set[int] = frozenset()) -> int:
+    """Bytes of the distinct storages behind ``tensors`` (views counted once), leaving out the
+    storages whose data pointers are in ``skip``."""
+    return sum(storage_sizes(tensors, skip).values())
+
+
+def storage_sizes(tensors: Iterable[torch.Tensor], skip: set[int] = frozenset()) -> dict[int, int]:
     seen: dict[int, int] = {}
     for t in tensors:
         if t is None or not isinstance(t, torch.Tensor) or t.device.type == "meta":
             continue
         storage = t.untyped_storage()
-        seen[storage.data_ptr()] = storage.nbytes()
-    return sum(seen.values())
+        if storage.data_ptr() not in skip:
+            seen[storage.data_ptr()] = storage.nbytes()
+    return seen
 
 
 def optimizer_state_tensors(optimizer: torch.optim.Optimizer) -> Iterator[torch.Tensor]:
@@ -48,38 +69,97 @@ def peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
 
 
+def track_cpu_allocations() -> None:
+    """Make torch's CPU allocator keep the size of every block it hands out from now on.
+
+    By default it records sizes only while a profiler runs, so the profiler cannot see
+    the free of a block allocated before it started, nor count such blocks in its
+    running total. The switch is c10's ``caffe2_report_cpu_memory_usage`` flag (it also
+    logs each allocation at INFO, below c10's default level); call this first in a worker.
+    c10 warns at the first free of a block it has no size for (then every 1000th): that
+    first one is a block made here, freed with stderr silenced.
+    """
+    lib = ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), "lib", "libc10.so"))
+    flag = ctypes.c_bool.in_dll(lib, "FLAGS_caffe2_report_cpu_memory_usage")
+    if flag.value:
+        return
+    unknown = torch.empty(1)
+    flag.value = True
+    with _native_stderr_silenced():
+        del unknown
+
+
 class MemoryMeter:
-    """Peak live training bytes of one rank; see the module docstring for the method."""
+    """Peak live bytes of one rank over one step; see the module docstring for the method."""
 
     def __init__(self, device: torch.device):
         self.device = device
         self.peak_bytes: int | None = None
-        self.resident_bytes: int | None = None
-        if device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(device)
+        self.breakdown: dict[str, int] | None = None
 
     @contextlib.contextmanager
-    def measure_step(self, resident: Iterable[torch.Tensor], extra_resident_bytes: int = 0) -> Iterator[None]:
-        """Wrap exactly one training step; ``resident`` (and ``extra_resident_bytes``) is what is
-        live at its start."""
-        self.resident_bytes = tensor_bytes(resident) + extra_resident_bytes
-        if self.device.type == "cuda":
-            yield
-            self.peak_bytes = int(torch.cuda.max_memory_allocated(self.device))
-            return
-        # Memory is recorded for the profiling thread only (profile_all_threads
-        # drops memory events in torch 2.14): strategies that compute in other
-        # threads run them inline for this step (Strategy.memory_step_context).
-        with _native_stderr_silenced(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-            yield
-        deltas = sorted(
-            (e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"
-        )
-        live = peak = 0
-        for _, nbytes in deltas:
-            live += nbytes
-            peak = max(peak, live)
-        self.peak_bytes = self.resident_bytes + peak
+    def measure_step(self, parts: Callable[[], dict[str, Iterable[torch.Tensor]]],
+                     host_tensors: Callable[[], Iterable[torch.Tensor]] = lambda: ()) -> Iterator[None]:
+        """Wrap exactly one training step. ``parts()`` names this rank's parameters, optimizer
+        state and stashed weights (read when the step ends, for the breakdown; gradients are read
+        as each optimizer steps); on CPU, ``host_tensors()`` are the host-only tensors to leave
+        out of the peak."""
+        grads: dict[int, int] = {}
+
+        def record_grads(optimizer, args, kwargs) -> None:  # every optimizer, before it steps
+            grads.update(storage_sizes(p.grad for group in optimizer.param_groups for p in group["params"]))
+
+        hook = register_optimizer_step_pre_hook(record_grads)
+        try:
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+                torch.cuda.reset_peak_memory_stats(self.device)
+                start = int(torch.cuda.memory_allocated(self.device))
+                yield
+                torch.cuda.synchronize(self.device)
+                peak = int(torch.cuda.max_memory_allocated(self.device))
+            else:
+                # Memory events are recorded for the profiling thread only (profile_all_threads
+                # drops them in torch 2.14): strategies that compute in other threads run them
+                # inline for this step (Strategy.memory_step_context). The running total still
+                # counts every thread's blocks.
+                with _native_stderr_silenced(), profile(activities=[ProfilerActivity.CPU],
+                                                        profile_memory=True) as prof:
+                    yield
+                start, peak = _start_and_peak_total(prof, "cpu")
+        finally:
+            hook.remove()
+        # gradients are gone by now (their addresses may be reused), so they are not deduplicated
+        # against what is live at the end of the step
+        named = parts()
+        sizes, taken = {"gradients": sum(grads.values())}, set()
+        for key in ("parameters", "optimizer_state", "stashed_weights"):
+            found = storage_sizes(named.get(key, ()), skip=taken)
+            sizes[key] = sum(found.values())
+            taken |= set(found)
+        if self.device.type == "cpu":
+            sizes["host_excluded"] = tensor_bytes(host_tensors(), skip=taken)
+            peak, start = peak - sizes["host_excluded"], start - sizes["host_excluded"]
+        self.peak_bytes = peak
+        sizes["at_step_start"] = start
+        sizes["other"] = peak - sum(sizes[k] for k in MEMORY_PARTS)
+        self.breakdown = sizes
+
+
+def _start_and_peak_total(prof, device_type: str) -> tuple[int, int]:
+    """The allocator's live bytes when the profile began, and the largest running total it
+    reported during the profile."""
+    peak, first = 0, None
+    stack = list(prof.profiler.kineto_results.experimental_event_tree())
+    while stack:
+        node = stack.pop()
+        stack.extend(node.children)
+        if node.tag == _EventType.Allocation and node.extra_fields.device.type == device_type:
+            total, size = node.extra_fields.total_allocated, node.extra_fields.alloc_size
+            peak = max(peak, total, total - size)  # after it, and before it (a free's size is negative)
+            if first is None or node.start_time_ns < first[0]:
+                first = (node.start_time_ns, total - size)
+    return (first[1] if first else peak), peak
 
 
 @contextlib.contextmanager

@@ -178,6 +178,9 @@ class RunConfig:
     repeat: int = 0
     # free-form tag recorded with the run (e.g. the experiment name)
     tag: str = ""
+    # which block of a comparison table the run belongs to (e.g. speed, memory, replicated);
+    # tables list blocks in order of appearance, and compare every block with the same DP runs
+    block: str = ""
 
 
 def register_configs() -> None:

@@ -37,6 +37,7 @@ class RunSpec:
     world_size: int
     seed: int
     tag: str
+    block: str
     repeat: int
     steps: int  # resolved from train.steps or train.epochs
     device: str  # cpu | cuda
@@ -67,6 +68,7 @@ class RunSpec:
             "device": self.device,
             "precision": "fp32",  # every strategy trains in fp32 (weights, activations, gradients)
             "tag": self.tag,
+            "block": self.block,
             "variant": self.variant(),
             "ignored_strategy_keys": self.ignored,
         }
@@ -150,7 +152,7 @@ def build_spec(cfg: DictConfig | RunConfig) -> RunSpec:
         t.micro_batches = 1
     spec = RunSpec(
         model=rc.model, data=rc.data, strategy=strategy, train=t, launch=launch, logger=rc.logger,
-        world_size=rc.world_size, seed=rc.seed, tag=rc.tag, repeat=rc.repeat, steps=steps, device=device,
+        world_size=rc.world_size, seed=rc.seed, tag=rc.tag, block=rc.block, repeat=rc.repeat, steps=steps, device=device,
         strategy_cls=cls, ignored=ignored, steps_per_epoch=steps_per_epoch,
     )
     if spec.timed_steps < 1:

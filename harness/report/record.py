@@ -7,6 +7,7 @@ crash never leaves half a record.
 
 from __future__ import annotations
 
+import datetime
 import json
 import math
 import os
@@ -24,6 +25,7 @@ def new_record(spec) -> dict:
         "schema_version": SCHEMA_VERSION,
         "status": "running",
         "error": None,
+        "started_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         **spec.summary(),
         "throughput": None,
         "step_time_s": None,

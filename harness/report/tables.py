@@ -37,9 +37,10 @@ REFERENCE_STRATEGY = "dp"
 
 # the device is "cpu", "cuda" or "simulated:<cluster>": simulated rows compare with simulated DP
 GROUP_KEYS = ["model", "data", "world_size", "global_batch", "device"]
-_COLUMNS = ["strategy", "model", "data", "world_size", "global_batch", "micro_batches", "seed", "repeat", "device", "status", "throughput",
+_COLUMNS = ["block", "started_at", "strategy", "layout", "model", "data", "world_size", "global_batch", "micro_batches", "seed", "repeat", "device", "status", "throughput",
             "step_time_s", "speedup", "peak_memory_bytes", "me", "accuracy", "final_loss", "time_to_target_s",
-            "error", "path", "simulated", "configuration"]
+            "error", "path", "simulated", "speed_comparable", "workers_on_host", "threads_per_worker", "host_cores",
+            "configuration"]
 # column -> True if larger is better (for the bold best value in LaTeX)
 _BEST = {"samples/s": True, "speedup": True, "ME": True, "top-1 %": True, "peak MiB/rank": False,
          "final loss": False, "s to target": False}
@@ -120,9 +121,16 @@ def configuration_id(record: dict) -> str:
     return json.dumps({k: record.get(k) for k in _IDENTITY}, sort_keys=True, default=str)
 
 
+def layout_text(record: dict) -> str:
+    """Workers per stage and the cut, e.g. ``[1, 3] cut [3]`` (a planned run shows its plan)."""
+    replicas, boundaries = record.get("replicas"), record.get("boundaries")
+    text = str(replicas) if replicas else ""
+    return f"{text} cut {boundaries}".strip() if boundaries else text
+
+
 def to_frame(records: list[dict]) -> pd.DataFrame:
     rows = [{**{k: v for k, v in r.items() if not isinstance(v, (dict, list)) or k == "peak_memory_per_rank"},
-             "configuration": configuration_id(r)} for r in records]
+             "layout": layout_text(r), "configuration": configuration_id(r)} for r in records]
     df = pd.DataFrame(rows)
     for col in _COLUMNS:
         if col not in df.columns:
@@ -161,14 +169,27 @@ def comparison(df: pd.DataFrame) -> pd.DataFrame:
     df.loc[df["status"] != "ok", "note"] = df.loc[df["status"] != "ok", "error"].fillna("failed")
     simulated = df["simulated"] == True  # noqa: E712
     df.loc[simulated, "note"] = ("simulated; " + df.loc[simulated, "note"].fillna("")).str.rstrip("; ")
-    return df.sort_values(GROUP_KEYS + ["strategy"], kind="stable").reset_index(drop=True)
+    crowded = (df["speed_comparable"] == False) & ok  # noqa: E712
+    df.loc[crowded, "note"] = [
+        f"speed not comparable: {w:.0f} workers x {t:.0f} threads on {c:.0f} cores" + (f"; {n}" if n else "")
+        for w, t, c, n in zip(df.loc[crowded, "workers_on_host"], df.loc[crowded, "threads_per_worker"],
+                              df.loc[crowded, "host_cores"], df.loc[crowded, "note"])]
+    # blocks in the order the sweep ran them (their first run's start), then the groups and
+    # strategies within each
+    df["block"] = df["block"].fillna("")
+    started = df.groupby("block")["started_at"].min().fillna("").sort_values(kind="stable")
+    df["_block_order"] = df["block"].map({b: i for i, b in enumerate(started.index)})
+    df = df.sort_values(["_block_order"] + GROUP_KEYS + ["strategy"], kind="stable")
+    return df.drop(columns="_block_order").reset_index(drop=True)
 
 
 def presentable(df: pd.DataFrame) -> pd.DataFrame:
     """Rounded, human units, one row per run."""
     variant = df["variant"].fillna("") if "variant" in df else pd.Series([""] * len(df), index=df.index)
-    return pd.DataFrame({
+    table = pd.DataFrame({
+        "block": df["block"].fillna(""),
         "strategy": [f"{s} ({v})" if v else s for s, v in zip(df["strategy"], variant)],
+        "layout": df["layout"].fillna(""),
         "model": df["model"],
         "data": df["data"],
         "workers": df["world_size"],
@@ -187,6 +208,7 @@ def presentable(df: pd.DataFrame) -> pd.DataFrame:
         "note": df.get("note", ""),
         "configuration": df["configuration"],
     })
+    return table if (table["block"] != "").any() else table.drop(columns="block")
 
 
 def interval(values: pd.Series, confidence: float = 0.95) -> tuple[float, float, int]:
@@ -207,7 +229,7 @@ def mlperf_times(values: pd.Series) -> pd.Series:
     return values.iloc[1:-1] if len(values) == 5 else values
 
 
-CONFIG_KEYS = ["strategy", "model", "data", "workers", "batch", "micro", "device"]
+CONFIG_KEYS = ["block", "strategy", "layout", "model", "data", "workers", "batch", "micro", "device"]
 
 
 def aggregated(table: pd.DataFrame) -> pd.DataFrame:
@@ -215,7 +237,7 @@ def aggregated(table: pd.DataFrame) -> pd.DataFrame:
     and the half-width of its 95% confidence interval (``<figure> ±95%``), and the runs counted."""
     out = []
     for _, group in table.groupby("configuration", sort=False):
-        row = {k: group[k].iloc[0] for k in CONFIG_KEYS}
+        row = {k: group[k].iloc[0] for k in CONFIG_KEYS if k in group}
         ok = group[group["status"] == "ok"]
         row["runs"] = f"{len(ok)}/{len(group)} ok"
         for col in _BEST:

@@ -27,6 +27,7 @@ from harness import comm as comm_mod
 from harness.config.spec import RunSpec
 from harness.errors import ConfigError
 from harness.host import cpu_worker_environment, threads_per_process
+from harness.metrics import track_cpu_allocations
 from harness.report import record as record_mod
 from harness.run.worker import train, worker_main
 
@@ -73,10 +74,11 @@ def _run_joined(spec: RunSpec, info: tuple[int, int, int]) -> dict:
             f"world_size={spec.world_size} with strategy={spec.strategy.name} needs {expected} process(es) "
             f"but the launcher started {world_size}; start {expected} task(s) or change world_size"
         )
+    track_cpu_allocations()
     torch.set_num_threads(threads_per_process(spec.launch.threads_per_worker, int(os.environ.get("LOCAL_WORLD_SIZE", 1))))
     ctx = comm_mod.init_process_group(rank, world_size, local_rank, spec.device, spec.launch.backend, spec.launch.collective_timeout)
     try:
-        return train(spec, ctx) or {}
+        return train(spec, ctx, local_world=int(os.environ.get("LOCAL_WORLD_SIZE", 1))) or {}
     finally:
         comm_mod.destroy()
 

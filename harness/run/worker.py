@@ -17,12 +17,13 @@ from harness import comm as comm_mod
 from harness.config.spec import RunSpec, checkpoint_folder
 from harness.data import BatchOrder, load
 from harness.host import threads_per_process
-from harness.metrics import MemoryMeter, peak_rss_bytes, step_time_summary
+from harness.metrics import MemoryMeter, peak_rss_bytes, step_time_summary, track_cpu_allocations
 from harness.models import build_layers, count_parameters
 from harness.run.progress import StepProgress
 
-def train(spec: RunSpec, ctx: comm_mod.DistContext, progress: bool = True) -> dict | None:
-    """Train as ``spec`` says on this rank; returns the job's result on rank 0, else None."""
+def train(spec: RunSpec, ctx: comm_mod.DistContext, progress: bool = True, local_world: int = 1) -> dict | None:
+    """Train as ``spec`` says on this rank (one of ``local_world`` workers on its host); returns
+    the job's result on rank 0, else None."""
     comm = comm_mod.Comm(ctx)
     dataset = load(spec.data, spec.seed)
     order = BatchOrder(len(dataset.train), spec.train.global_batch, spec.seed)
@@ -38,7 +39,9 @@ def train(spec: RunSpec, ctx: comm_mod.DistContext, progress: bool = True) -> di
     loss_shares: list[float] = []
     curve: list[dict] = []
     bar = StepProgress(steps, t.global_batch, enabled=progress and ctx.is_main, label=spec.strategy.name)
-    del layers  # the strategy keeps what this rank needs
+    # the host's copy of the whole model stays alive for the run (``layers``), so that the layers
+    # this rank does not train are left out of its memory peak exactly (see harness.metrics)
+    host_only = lambda: host_only_tensors(strategy, layers, dataset)  # noqa: E731
     train_start = time.perf_counter()
     reached_target_s = None
 
@@ -50,8 +53,7 @@ def train(spec: RunSpec, ctx: comm_mod.DistContext, progress: bool = True) -> di
         x, y = dataset.train.batch(order.indices(step))
         x, y = x.to(ctx.device, non_blocking=True), y.to(ctx.device, non_blocking=True)
         if step == memory_step:
-            with strategy.memory_step_context(), meter.measure_step(strategy.resident_tensors(),
-                                                                    strategy.resident_extra_bytes()):
+            with strategy.memory_step_context(), meter.measure_step(strategy.memory_parts, host_only):
                 loss = strategy.train_step(x, y)
             dt = None
         else:
@@ -87,7 +89,7 @@ def train(spec: RunSpec, ctx: comm_mod.DistContext, progress: bool = True) -> di
         "rank": ctx.rank,
         "step_times": step_times,
         "peak_memory_bytes": meter.peak_bytes,
-        "resident_bytes": meter.resident_bytes,
+        "memory_breakdown": meter.breakdown,
         "peak_rss_bytes": peak_rss_bytes(),
         "layout": strategy.layout(),
         "loss_shares": loss_shares,
@@ -108,7 +110,8 @@ def train(spec: RunSpec, ctx: comm_mod.DistContext, progress: bool = True) -> di
         "peak_memory_bytes": max(p for p in peaks if p is not None) if any(p is not None for p in peaks) else None,
         "peak_memory_per_rank": peaks,
         "peak_rss_per_rank": [r["peak_rss_bytes"] for r in gathered],
-        "memory_method": "cuda_max_allocated" if ctx.device.type == "cuda" else ("cpu_profiler_live_bytes" if t.measure_memory else None),
+        "memory_method": ("cuda_max_allocated_step" if ctx.device.type == "cuda" else "cpu_allocator_total_step")
+                         if t.measure_memory else None,
         "accuracy": final["accuracy"],
         "test_loss": final["loss"],
         "final_loss": losses[-1][1],
@@ -121,8 +124,36 @@ def train(spec: RunSpec, ctx: comm_mod.DistContext, progress: bool = True) -> di
         # the cut every stage used, and whether it was given, measured, shared within the sweep or planned
         "boundaries": strategy.partition.boundaries if strategy.partition else None,
         "partition_source": strategy.partition.source if strategy.partition else None,
+        "replicas": _replicas_per_stage([r["layout"] for r in gathered], strategy.partition),
+        **_host_use(ctx.device.type, local_world),
         "per_rank": gathered,
     }
+
+
+def _replicas_per_stage(layouts: list[dict], partition) -> list[int]:
+    """Workers per pipeline stage, from the ranks' layouts ([world size] for data parallelism;
+    one process per stage for a strategy that drives every stage from one process)."""
+    stages = [lay.get("stage") for lay in layouts]
+    if all(isinstance(s, int) for s in stages):
+        return [stages.count(s) for s in range(max(stages) + 1)]
+    if stages == ["all"] and partition is not None:
+        return [1] * (len(partition.boundaries) + 1)
+    return [len(layouts)]
+
+
+def _host_use(device: str, local_world: int) -> dict:
+    """Whether this host's workers could each run their threads on cores of their own: on an
+    oversubscribed CPU host, speed is not comparable (memory, accuracy and correctness still are)."""
+    threads, cores = torch.get_num_threads(), os.cpu_count() or 1
+    return {"threads_per_worker": threads, "workers_on_host": local_world, "host_cores": cores,
+            "speed_comparable": device != "cpu" or local_world * threads <= cores}
+
+
+def host_only_tensors(strategy, layers, dataset) -> list[torch.Tensor]:
+    """Host tensors a GPU would not hold: the dataset and the layers this rank does not train."""
+    owned = set(strategy.owned_layers())
+    return [*(t for i, layer in enumerate(layers) if i not in owned for t in (*layer.parameters(), *layer.buffers())),
+            dataset.train.images, dataset.train.labels, dataset.test.images, dataset.test.labels]
 
 
 def _inject_fault(spec: RunSpec, rank: int, step: int) -> None:
@@ -168,8 +199,12 @@ def _time_split(step_stats: list[dict], timed: list[int]) -> dict:
     if not stats:
         return {}
     keys = ("compute_s", "comm_s", "idle_s")
-    return {"time_split": {k: sum(s[k] for s in stats) / len(stats) for k in keys},
-            "events": stats[-1].get("events", [])}
+    split = {"time_split": {k: sum(s[k] for s in stats) / len(stats) for k in keys},
+             "events": stats[-1].get("events", [])}
+    reduces = [s["allreduce"] for s in stats if s.get("allreduce")]
+    if reduces:  # a stage with replicas: its all-reduce, mean per timed step
+        split["allreduce"] = {k: sum(r[k] for r in reduces) / len(reduces) for k in reduces[0]}
+    return split
 
 
 @torch.no_grad()
@@ -193,13 +228,14 @@ def _evaluate(strategy, dataset, spec: RunSpec, ctx) -> dict:
 
 def worker_main(rank: int, spec: RunSpec, world_size: int, local_world: int, result_path: str | None, progress: bool) -> None:
     """Entry point of one spawned (or externally launched) worker process."""
+    track_cpu_allocations()
     torch.set_num_threads(threads_per_process(spec.launch.threads_per_worker, local_world))
     ctx = comm_mod.init_process_group(
         rank=rank, world_size=world_size, local_rank=rank % max(local_world, 1),
         device=spec.device, backend=spec.launch.backend, timeout_s=spec.launch.collective_timeout,
     )
     try:
-        result = train(spec, ctx, progress=progress)
+        result = train(spec, ctx, progress=progress, local_world=local_world)
         if result is not None and result_path:
             tmp = result_path + ".tmp"
             with open(tmp, "w") as f:

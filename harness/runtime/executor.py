@@ -68,6 +68,10 @@ class GradSync:
     parameter counts it ready once its gradient has been accumulated; when a
     bucket is complete its all-reduce starts at once and runs while backward
     continues. :meth:`wait` is called only before the optimizer step.
+
+    What was hidden is measured, not assumed: each launch's time is kept, and
+    :meth:`backward_done` marks the end of the armed backward; ``overlap()`` then
+    says how many buckets started before it and for how long all-reduces ran under it.
     """
 
     def __init__(self, params: list[nn.Parameter], comm: Comm, group, bucket_bytes: int):
@@ -85,6 +89,8 @@ class GradSync:
         self._bucket_of = {id(p): b for b, bucket in enumerate(self.buckets) for p in bucket}
         self._ready = [0] * len(self.buckets)
         self._pending: dict[int, tuple[torch.Tensor, Pending]] = {}
+        self._launched_at: list[float] = []
+        self._backward_end: float | None = None
         self.armed = False
         for p in params:
             p.register_post_accumulate_grad_hook(self._on_grad_ready)
@@ -92,6 +98,19 @@ class GradSync:
     def arm(self) -> None:
         self.armed = True
         self._ready = [0] * len(self.buckets)
+        self._launched_at, self._backward_end = [], None
+
+    def backward_done(self) -> None:
+        self._backward_end = time.perf_counter()
+
+    def overlap(self) -> dict:
+        """Of this iteration's buckets, those whose all-reduce started before the armed backward
+        ended, and the time from the first such start to that end (the all-reduce hidden under
+        backward); call after :meth:`wait`."""
+        end = self._backward_end
+        early = sorted(t for t in self._launched_at if end is not None and t < end)
+        return {"buckets": len(self.buckets), "buckets_in_backward": len(early),
+                "hidden_allreduce_s": end - early[0] if early else 0.0}
 
     def _on_grad_ready(self, p: torch.Tensor) -> None:
         if not self.armed:
@@ -103,6 +122,7 @@ class GradSync:
 
     def _launch(self, b: int) -> None:
         flat = torch.cat([p.grad.reshape(-1) for p in self.buckets[b]])
+        self._launched_at.append(time.perf_counter())
         self._pending[b] = (flat, self.comm.all_reduce_async(flat, self.group))
 
     def reduce_all(self) -> None:
@@ -142,6 +162,8 @@ class StageRun:
     idle_s: float = 0.0
     # exposed communication: the gradient all-reduce left after backward, and finishing sends
     comm_s: float = 0.0
+    # the replica all-reduce's buckets, those started under backward, and for how long (GradSync.overlap)
+    allreduce: dict | None = None
 
 
 @dataclass
@@ -177,9 +199,6 @@ class StageExecutor:
         self._tag_base = 0
         self._settle = False
         self._stash: dict[int, dict[str, torch.Tensor]] = {}
-        # bytes autograd saved for each minibatch in flight, by storage (numbers only: keeping
-        # references, even weak ones, to saved tensors from a pack hook crashed the process)
-        self._saved: dict[int, dict[int, int]] = {}
         self._reset_state()
 
     def _reset_state(self) -> None:
@@ -190,19 +209,8 @@ class StageExecutor:
         self._sends: list[Pending] = []
 
     def stashed_tensors(self) -> list[torch.Tensor]:
-        """Weight copies held for minibatches in flight (for memory accounting)."""
+        """Weight copies held for minibatches in flight (for the memory breakdown)."""
         return [t for version in self._stash.values() for t in version.values()]
-
-    def inflight_tensors(self) -> list[torch.Tensor]:
-        """Received inputs and outputs held for minibatches in flight between calls."""
-        return list(self._inputs.values()) + list(self._outputs.values())
-
-    def inflight_saved_bytes(self) -> int:
-        """Bytes autograd saved for the backward of minibatches in flight (distinct storages)."""
-        storages: dict[int, int] = {}
-        for saved in self._saved.values():
-            storages.update(saved)
-        return sum(storages.values())
 
     # -- one call ------------------------------------------------------------
     def run(self, actions: list[sch.Action], x: torch.Tensor | None, y: torch.Tensor | None,
@@ -238,6 +246,8 @@ class StageExecutor:
         else:
             self._sends = [p for p in self._sends if not p.done()]
         self._run.comm_s += time.perf_counter() - t0
+        if flush:  # a synchronous step holds no reference to its batch once it is done
+            self._x = self._y = None
         return self._run
 
     def drain_sends(self) -> None:
@@ -324,16 +334,7 @@ class StageExecutor:
         if self.stash_weights and self._training:
             version = {n: p.detach().clone().requires_grad_(True) for n, p in self.module.named_parameters()}
             self._stash[a.micro] = version
-            saved = self._saved[a.micro] = {}
-            stashed = {t.untyped_storage().data_ptr() for t in version.values()}
-
-            def pack(t: torch.Tensor) -> torch.Tensor:
-                storage = t.untyped_storage()
-                if storage.data_ptr() not in stashed:  # weights are counted as stashed copies
-                    saved[storage.data_ptr()] = storage.nbytes()
-                return t
-
-            with _weights(self.module, version), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            with _weights(self.module, version):
                 out = self.module(inp)
         else:
             out = self.module(inp)
@@ -370,13 +371,14 @@ class StageExecutor:
         if a.reduce and self.grad_sync is not None:
             self.grad_sync.arm()
         version = self._stash.pop(a.micro, None)
-        self._saved.pop(a.micro, None)
         # recomputed layers run their forward again here: give them the same weights
         with _weights(self.module, version) if version is not None else contextlib.nullcontext():
             if self.plan.is_last:
                 self._losses.pop(a.micro).backward()
             else:
                 torch.autograd.backward(self._outputs.pop(a.micro), self._grads.pop(a.micro))
+        if a.reduce and self.grad_sync is not None:
+            self.grad_sync.backward_done()
         if version is not None:  # gradients computed on the stashed weights update the master weights
             for n, p in self.module.named_parameters():
                 p.grad = version[n].grad
@@ -392,6 +394,7 @@ class StageExecutor:
                 self.grad_sync.reduce_all()
             self.grad_sync.wait()
             self._run.comm_s += time.perf_counter() - t0
+            self._run.allreduce = self.grad_sync.overlap()
         t0 = time.perf_counter()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)

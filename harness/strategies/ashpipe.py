@@ -245,7 +245,7 @@ class AshPipeStrategy(Strategy):
         self.build.module.train()
         run = self.executor.run(actions, x, y, training=True, flush=False)
         self.step_stats.append({"compute_s": run.compute_s, "comm_s": run.comm_s, "idle_s": run.idle_s,
-                                "events": run.events})
+                                "events": run.events, "allreduce": run.allreduce})
         return run.loss
 
     def finish_training(self) -> None:
@@ -264,18 +264,11 @@ class AshPipeStrategy(Strategy):
         run = self.executor.run(self.eval_actions, x, y, training=False)
         return summed_eval(self.comm, (run.correct, run.count, run.loss_sum))
 
-    def resident_tensors(self):
+    def memory_parts(self):
         if self._dp is not None:
-            yield from self._dp.resident_tensors()
-            return
-        yield from self.params
-        yield from self.build.module.buffers()
-        yield from optimizer_state_tensors(self.optimizer)
-        yield from self.executor.stashed_tensors()
-        yield from self.executor.inflight_tensors()
-
-    def resident_extra_bytes(self):
-        return self.executor.inflight_saved_bytes() if self.executor is not None else 0
+            return self._dp.memory_parts()
+        return {"parameters": self.params, "optimizer_state": optimizer_state_tensors(self.optimizer),
+                "stashed_weights": self.executor.stashed_tensors()}
 
     def layout(self):
         if self.executor is None:
@@ -346,9 +339,8 @@ class _PlainDataParallel:
         share = replica_slice(x.shape[0], self.ctx.world_size, self.ctx.rank)
         return summed_eval(self.comm, eval_counts(self.model(x[share]), y[share]))
 
-    def resident_tensors(self):
-        yield from self.params
-        yield from optimizer_state_tensors(self.optimizer)
+    def memory_parts(self):
+        return {"parameters": self.params, "optimizer_state": optimizer_state_tensors(self.optimizer)}
 
 
 # -- planning inside a job, and for python -m harness.plan ----------------------------

@@ -138,13 +138,12 @@ class Strategy(ABC):
         """Forward-only pass on a global batch; the totals must be valid on rank 0."""
 
     @abstractmethod
-    def resident_tensors(self) -> Iterable[torch.Tensor]:
-        """Tensors this rank holds between steps (parameters, optimizer state, stashes, buffers)."""
+    def memory_parts(self) -> dict[str, Iterable[torch.Tensor]]:
+        """This rank's ``parameters``, ``optimizer_state`` and (if any) ``stashed_weights``.
 
-    def resident_extra_bytes(self) -> int:
-        """Bytes held between steps that are known only as a count (activations saved for the
-        backward of minibatches still in flight)."""
-        return 0
+        Only for the breakdown of the measured peak and to find gradients
+        (harness.metrics): the peak itself is what the allocator holds, whatever is named here.
+        """
 
     def start_step(self) -> int:
         """The step to start from (non-zero when resuming from a checkpoint)."""

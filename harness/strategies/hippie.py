@@ -85,7 +85,7 @@ class HippieStrategy(Strategy):
         self.build.module.train()
         run = self.executor.run(self.train_actions, x, y, training=True)
         self.step_stats.append({"compute_s": run.compute_s, "comm_s": run.comm_s, "idle_s": run.idle_s,
-                                "events": run.events})
+                                "events": run.events, "allreduce": run.allreduce})
         return run.loss
 
     @torch.no_grad()
@@ -94,10 +94,8 @@ class HippieStrategy(Strategy):
         run = self.executor.run(self.eval_actions, x, y, training=False)
         return summed_eval(self.comm, (run.correct, run.count, run.loss_sum))
 
-    def resident_tensors(self):
-        yield from self.params
-        yield from self.build.module.buffers()
-        yield from optimizer_state_tensors(self.optimizer)
+    def memory_parts(self):
+        return {"parameters": self.params, "optimizer_state": optimizer_state_tensors(self.optimizer)}
 
     def layout(self):
         return {"stage": self.plan.stage, "replica": self.plan.replica, "layers": list(self.build.layer_range),

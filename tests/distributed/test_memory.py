@@ -1,13 +1,18 @@
-"""The measured live-bytes peak moves the way the methods say it should (CPU, real gloo workers)."""
+"""The measured live-bytes peak moves the way the methods say it should (CPU, real gloo workers).
+
+Each test names the mechanism it would miss: the allocator's running total (blocks made
+before the step, such as DDP's buckets), recomputation, the schedule's in-flight
+micro-batches, AshPipe's weight stashing.
+"""
 
 import json
 import os
-
 
 from harness.comm import Comm
 from harness.data import BatchOrder, load
 from harness.metrics import MemoryMeter
 from harness.models import build_layers
+from harness.run.worker import host_only_tensors
 from tests.helpers.cli import make_spec
 from tests.helpers.distributed import spawn
 
@@ -21,58 +26,79 @@ CASES = {
 }
 
 
+def measured_step(ctx, spec, warmup: int = 1) -> dict:
+    """The worker's measurement of one step after ``warmup`` steps: peak and breakdown."""
+    layers = build_layers(spec.model, spec.seed)
+    strategy = spec.strategy_cls(spec, layers, ctx, Comm(ctx))
+    data = load(spec.data, spec.seed)
+    order = BatchOrder(len(data.train), spec.train.global_batch, spec.seed)
+    for step in range(warmup):  # creates optimizer state (and fills an asynchronous pipeline)
+        strategy.train_step(*data.train.batch(order.indices(step)))
+    meter = MemoryMeter(ctx.device)
+    x, y = data.train.batch(order.indices(warmup))
+    with strategy.memory_step_context(), meter.measure_step(strategy.memory_parts,
+                                                            lambda: host_only_tensors(strategy, layers, data)):
+        strategy.train_step(x, y)
+    strategy.finish_training()
+    return {"peak": meter.peak_bytes, **meter.breakdown, "batch": x.nbytes + y.nbytes}
+
+
 def measure(ctx, specs, out_dir):
-    peaks = {}
-    for name, spec in specs.items():
-        strategy = spec.strategy_cls(spec, build_layers(spec.model, spec.seed), ctx, Comm(ctx))
-        data = load(spec.data, spec.seed)
-        order = BatchOrder(len(data.train), spec.train.global_batch, spec.seed)
-        strategy.train_step(*data.train.batch(order.indices(0)))  # creates optimizer state
-        meter = MemoryMeter(ctx.device)
-        with meter.measure_step(strategy.resident_tensors()):
-            strategy.train_step(*data.train.batch(order.indices(1)))
-        peaks[name] = meter.peak_bytes
+    results = {name: measured_step(ctx, spec) for name, spec in specs.items()}
     with open(os.path.join(out_dir, f"rank{ctx.rank}.json"), "w") as f:
-        json.dump(peaks, f)
+        json.dump(results, f)
+
+
+def run(tmp_path, world_size, specs) -> list[dict]:
+    spawn(world_size, measure, specs, str(tmp_path))
+    return [json.load(open(tmp_path / f"rank{r}.json")) for r in range(world_size)]
 
 
 def test_recomputation_lowers_and_gpipe_raises_peak_memory(tmp_path):
-    specs = {name: make_spec(*COMMON, *extra) for name, extra in CASES.items()}
-    spawn(2, measure, specs, str(tmp_path))
-    stage0, stage1 = (json.load(open(tmp_path / f"rank{r}.json")) for r in (0, 1))
+    stage0, stage1 = run(tmp_path, 2, {name: make_spec(*COMMON, *extra) for name, extra in CASES.items()})
     for peaks in (stage0, stage1):
-        assert peaks["1f1b_all"] < peaks["1f1b_none"]
-        assert peaks["gpipe_none"] > peaks["1f1b_none"]  # m=4 in flight instead of at most S - s
+        assert peaks["1f1b_all"]["peak"] < peaks["1f1b_none"]["peak"]
+        # m=4 micro-batches in flight instead of at most S - s
+        assert peaks["gpipe_none"]["peak"] > peaks["1f1b_none"]["peak"]
     # auto recomputes on stage 0 only (last-stage scheduling)
-    assert stage0["1f1b_auto"] < stage0["1f1b_none"]
+    assert stage0["1f1b_auto"]["peak"] < stage0["1f1b_none"]["peak"]
     # (the last stage's peak moves by up to a few buffers from run to run with message timing)
-    assert abs(stage1["1f1b_auto"] - stage1["1f1b_none"]) < 0.1 * stage1["1f1b_none"]
+    assert abs(stage1["1f1b_auto"]["peak"] - stage1["1f1b_none"]["peak"]) < 0.1 * stage1["1f1b_none"]["peak"]
 
 
-def measure_ashpipe(ctx, spec, out_dir):
-    strategy = spec.strategy_cls(spec, build_layers(spec.model, spec.seed), ctx, Comm(ctx))
-    data = load(spec.data, spec.seed)
-    order = BatchOrder(len(data.train), spec.train.global_batch, spec.seed)
-    for step in range(3):
-        strategy.train_step(*data.train.batch(order.indices(step)))
-    meter = MemoryMeter(ctx.device)
-    with strategy.memory_step_context(), meter.measure_step(strategy.resident_tensors(),
-                                                            strategy.resident_extra_bytes()):
-        strategy.train_step(*data.train.batch(order.indices(3)))
-    strategy.finish_training()
-    params = sum(p.numel() * p.element_size() for p in strategy.params)
-    with open(os.path.join(out_dir, f"ash{ctx.rank}.json"), "w") as f:
-        json.dump({"params": params, "resident": meter.resident_bytes, "peak": meter.peak_bytes}, f)
+def test_every_block_live_before_the_step_is_counted_ddp_buckets_included(tmp_path):
+    """DDP's reducer holds a flat bucket copy of every gradient from construction on: live when
+    the step starts, never allocated inside it. A pipeline stage without replicas has none."""
+    data = ["train.global_batch=32", "data.train_size=128", "data.test_size=32"]
+    ddp = make_spec("strategy=dp", "world_size=2", *data)
+    hippie = make_spec(*COMMON[:2], *data, "train.micro_batches=2", "strategy.boundaries=[3]", "strategy.recompute=none")
+    ranks = run(tmp_path, 2, {"dp": ddp, "hippie": hippie})
+    for rank in ranks:
+        dp, stage = rank["dp"], rank["hippie"]
+        persistent = dp["parameters"] + dp["optimizer_state"] + dp["batch"]
+        buckets = dp["at_step_start"] - persistent
+        assert 0.95 * dp["parameters"] <= buckets <= 1.3 * dp["parameters"], (buckets, dp)
+        # without buckets, what is live at the start is the weights, AdamW's moments and the batch
+        assert stage["at_step_start"] - (stage["parameters"] + stage["optimizer_state"] + stage["batch"]) \
+            < 0.3 * stage["parameters"], stage
+        for m in (dp, stage):
+            assert m["gradients"] == m["parameters"]  # every parameter gets a gradient of its size
+            assert m["peak"] >= m["at_step_start"] + m["gradients"] * 0.5
+            assert m["host_excluded"] > 0
 
 
-def test_ashpipe_memory_counts_stashed_weight_versions(tmp_path):
+def test_ashpipe_counts_one_stashed_weight_version_per_minibatch_in_flight(tmp_path):
+    """Stage s of an S-stage asynchronous pipeline has S - s minibatches in flight: at the end of
+    a step the master weights and S - s - 1 stashed versions (one more is stashed during the step)."""
     spec = make_spec("strategy=ashpipe", "world_size=2", "strategy.replicas=[1,1]", "strategy.boundaries=[3]",
                      "train.micro_batches=1", "train.global_batch=32", "data.train_size=256", "data.test_size=32")
-    spawn(2, measure_ashpipe, spec, str(tmp_path))
-    first, last = (json.load(open(tmp_path / f"ash{r}.json")) for r in (0, 1))
-    # stage 0 (one minibatch of warm-up) starts each step with master weights, AdamW's two
-    # moments and one stashed version in flight, and stashes a second during the step
-    assert first["resident"] >= 4 * first["params"]
-    assert first["peak"] >= first["resident"] + first["params"]
-    # the last stage stashes nothing: master weights and two moments, plus nothing in flight
-    assert last["resident"] < 3.2 * last["params"]
+    spawn(2, _measure_ashpipe, spec, str(tmp_path))
+    for s, m in enumerate(json.load(open(tmp_path / f"ash{r}.json")) for r in (0, 1)):
+        assert m["stashed_weights"] == (2 - s - 1) * m["parameters"], (s, m)
+        # the copy stashed during the step is live at the peak as well
+        assert m["peak"] >= m["parameters"] * (1 + 2 - s) + m["optimizer_state"], (s, m)
+
+
+def _measure_ashpipe(ctx, spec, out_dir):
+    with open(os.path.join(out_dir, f"ash{ctx.rank}.json"), "w") as f:
+        json.dump(measured_step(ctx, spec, warmup=3), f)

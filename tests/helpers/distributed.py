@@ -8,11 +8,13 @@ import torch
 import torch.multiprocessing as mp
 
 from harness import comm
+from harness.metrics import track_cpu_allocations
 from harness.models import build_layers
 from harness.training import make_optimizer, summed_loss
 
 
 def _entry(rank: int, world_size: int, fn, args) -> None:
+    track_cpu_allocations()
     torch.set_num_threads(1)
     ctx = comm.init_process_group(rank, world_size, rank, "cpu", "gloo", timeout_s=60)
     try:

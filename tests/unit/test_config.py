@@ -102,7 +102,7 @@ def test_pipeline_keys_a_strategy_lacks_are_ignored_and_recorded():
 
 def test_each_strategy_reads_only_its_own_keys_with_its_own_defaults():
     assert make_spec("strategy=hippie", "world_size=2").strategy.recompute == "auto"
-    assert make_spec("strategy=pipelining", "world_size=2").strategy.recompute == "none"
+    assert make_spec("strategy=pipelining", "world_size=2", "train.micro_batches=2").strategy.recompute == "none"
     assert make_spec("strategy=gpipe", "world_size=2").strategy.stages == 2  # one partition per device
     assert not hasattr(make_spec("strategy=hippie", "world_size=2").strategy, "replicas")
     with pytest.raises(ConfigError, match="runs async_1f1b only"):

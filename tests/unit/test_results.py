@@ -53,7 +53,7 @@ def test_group_without_dp_says_so_instead_of_a_speedup(sweep):
 def test_formats(sweep):
     df = load_records([sweep])
     assert render(df, "md").startswith("| strategy")
-    assert render(df, "csv").splitlines()[0].startswith("strategy,model")
+    assert render(df, "csv").splitlines()[0].startswith("strategy,layout,model")
     assert "\\begin{tabular}" in render(df, "latex")
 
 
@@ -155,3 +155,26 @@ def test_only_runs_of_one_configuration_are_aggregated(tmp_path):
     md = render(load_records([str(tmp_path)]), "md")
     rows = [line for line in md.splitlines() if line.startswith("| hippie")]
     assert len(rows) == 2 and sum("2/2 ok" in r for r in rows) == 1 and sum("1/1 ok" in r for r in rows) == 1
+
+
+def test_blocks_keep_their_order_share_the_dp_reference_and_crowded_speed_is_marked(tmp_path):
+    recs = [{**_rec("dp", 2, 100.0, 200), "block": "speed", "replicas": [2]},
+            {**_rec("hippie", 2, 80.0, 100), "block": "speed", "replicas": [1, 1], "boundaries": [3]},
+            {**_rec("hippie", 2, 60.0, 50), "block": "memory", "replicas": [1, 1], "boundaries": [3],
+             "variant": "recompute=auto"},
+            {**_rec("dp", 4, 90.0, 100), "block": "replicated", "speed_comparable": False, "workers_on_host": 4,
+             "threads_per_worker": 1, "host_cores": 2},
+            {**_rec("ashpipe", 4, 95.0, 100), "block": "replicated", "replicas": [1, 3], "boundaries": [2]}]
+    for i, r in enumerate(recs):
+        r["started_at"] = f"2026-12-03T10:00:{i:02d}+00:00"
+    for i, r in enumerate(reversed(recs)):  # found in another order than they ran
+        write(str(tmp_path / str(i)), r)
+    df = comparison(load_records([str(tmp_path)]))
+    assert list(dict.fromkeys(df.block)) == ["speed", "memory", "replicated"]
+    memory = df[df.block == "memory"].iloc[0]
+    assert memory.speedup == pytest.approx(0.6) and memory.me == pytest.approx(0.6 / (50 / 200))
+    table = render(load_records([str(tmp_path)]), "md")
+    assert "[1, 3] cut [2]" in table and "[1, 1] cut [3]" in table
+    crowded = df[(df.block == "replicated") & (df.strategy == "dp")].iloc[0]
+    assert crowded.note.startswith("speed not comparable: 4 workers x 1 threads on 2 cores")
+    assert "not comparable" not in df[df.strategy == "ashpipe"].iloc[0].note
