@@ -4,12 +4,15 @@
 - peak memory per rank (stage), one group of bars per strategy;
 - accuracy and loss curves of every run;
 - a per-rank pipeline timeline (Gantt chart of forward, backward,
-  communication and idle) from the events a run recorded for its last timed step.
+  communication and idle) from the events our runtime recorded for its last timed step;
+- the same chart for every strategy, baselines included, from the compute spans of
+  its profiled step (harness.metrics: forward, backward and optimizer; gaps are idle).
 """
 
 from __future__ import annotations
 
 import os
+import re
 
 import matplotlib
 
@@ -95,16 +98,23 @@ def _kind(label: str) -> str:
     return "STEP"
 
 
-def timeline(record: dict, out_dir: str, name: str | None = None) -> list[str]:
-    """Gantt chart of the last timed step of every rank (runs that recorded events)."""
-    ranks = [r for r in record.get("per_rank", []) if r.get("events")]
+def _run_name(record: dict) -> str:
+    variant = re.sub(r"[^A-Za-z0-9]+", "-", record.get("variant") or "").strip("-")
+    return f"{record.get('strategy')}{'_' + variant if variant else ''}_w{record.get('world_size')}"
+
+
+def timeline(record: dict, out_dir: str, name: str | None = None, key: str = "events") -> list[str]:
+    """Gantt chart of one step of every rank: ``events`` (our runtime's actions in its last timed
+    step) or ``profiled_spans`` (any strategy's compute in its profiled step)."""
+    ranks = [r for r in record.get("per_rank", []) if r.get(key)]
     if not ranks:
         return []
     fig, ax = plt.subplots(figsize=(9, 0.6 * len(ranks) + 1.4))
-    # event times are CLOCK_MONOTONIC seconds, shared by the ranks of one machine
-    origin = min(start for r in ranks for _, start, _ in r["events"])
+    # event times are CLOCK_MONOTONIC seconds (profiled spans: epoch seconds), shared by the
+    # ranks of one machine
+    origin = min(start for r in ranks for _, start, _ in r[key])
     for row, r in enumerate(ranks):
-        for label, start, end in r["events"]:
+        for label, start, end in r[key]:
             start, end = start - origin, end - origin
             kind = _kind(label)
             ax.barh(row, max(end - start, 1e-5) * 1e3, left=start * 1e3, color=_COLORS[kind], edgecolor="white", lw=0.3)
@@ -114,17 +124,19 @@ def timeline(record: dict, out_dir: str, name: str | None = None) -> list[str]:
     ax.set_yticklabels([f"rank {r['rank']} (stage {r.get('layout', {}).get('stage', '?')})" for r in ranks], fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel("time in the step (ms)")
-    ax.set_title(f"{record.get('strategy')} w={record.get('world_size')}: forward, backward, optimizer, "
-                 f"waiting (grey), sends", fontsize=9)
+    what = "waiting (grey), sends" if key == "events" else "idle (blank), profiled step"
+    ax.set_title(f"{record.get('strategy')} w={record.get('world_size')}: forward, backward, optimizer, {what}",
+                 fontsize=9)
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in _COLORS.values()]
     ax.legend(handles, ["forward", "backward", "optimizer step", "receive / idle", "send"], fontsize=7,
               loc="upper center", bbox_to_anchor=(0.5, -0.35), ncol=5, frameon=False)
-    return _save(fig, out_dir, name or f"timeline_{record.get('strategy')}_w{record.get('world_size')}")
+    prefix = "timeline" if key == "events" else "timeline_profiled"
+    return _save(fig, out_dir, name or f"{prefix}_{_run_name(record)}")
 
 
 def all_figures(records: list[dict], out_dir: str) -> list[str]:
     paths = throughput_vs_workers(records, out_dir) + memory_per_rank(records, out_dir) + curves(records, out_dir)
     for r in records:
         if r.get("status") == "ok":
-            paths += timeline(r, out_dir)
+            paths += timeline(r, out_dir) + timeline(r, out_dir, key="profiled_spans")
     return paths

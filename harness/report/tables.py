@@ -39,11 +39,14 @@ REFERENCE_STRATEGY = "dp"
 GROUP_KEYS = ["model", "data", "world_size", "global_batch", "device"]
 _COLUMNS = ["block", "started_at", "strategy", "layout", "model", "data", "world_size", "global_batch", "micro_batches", "seed", "repeat", "device", "status", "throughput",
             "step_time_s", "speedup", "peak_memory_bytes", "me", "accuracy", "final_loss", "time_to_target_s",
+            "bubble_measured", "bubble_analytic", "hidden_allreduce_s",
             "error", "path", "simulated", "speed_comparable", "workers_on_host", "threads_per_worker", "host_cores",
             "configuration"]
 # column -> True if larger is better (for the bold best value in LaTeX)
 _BEST = {"samples/s": True, "speedup": True, "ME": True, "top-1 %": True, "peak MiB/rank": False,
-         "final loss": False, "s to target": False}
+         "final loss": False, "s to target": False, "bubble %": False}
+# every figure a table of repeated runs gives with its interval
+_FIGURES = [*_BEST, "analytic %", "hidden AR ms"]
 
 
 # -- reading ------------------------------------------------------------------
@@ -205,6 +208,9 @@ def presentable(df: pd.DataFrame) -> pd.DataFrame:
         "top-1 %": (df["accuracy"].astype(float) * 100).round(2),
         "final loss": df["final_loss"].astype(float).round(4),
         "s to target": df["time_to_target_s"].astype(float).round(1),
+        "bubble %": (df["bubble_measured"].astype(float) * 100).round(1),
+        "analytic %": (df["bubble_analytic"].astype(float) * 100).round(1),
+        "hidden AR ms": (df["hidden_allreduce_s"].astype(float) * 1e3).round(2),
         "note": df.get("note", ""),
         "configuration": df["configuration"],
     })
@@ -240,7 +246,7 @@ def aggregated(table: pd.DataFrame) -> pd.DataFrame:
         row = {k: group[k].iloc[0] for k in CONFIG_KEYS if k in group}
         ok = group[group["status"] == "ok"]
         row["runs"] = f"{len(ok)}/{len(group)} ok"
-        for col in _BEST:
+        for col in _FIGURES:
             values = mlperf_times(ok[col]) if col == "s to target" else ok[col]
             row[col], row[f"{col} ±95%"], _ = interval(values)
         row["note"] = "; ".join(sorted({n for n in group["note"] if n}))
@@ -251,7 +257,7 @@ def aggregated(table: pd.DataFrame) -> pd.DataFrame:
 def _with_intervals(table: pd.DataFrame) -> pd.DataFrame:
     """``mean ± half-width`` in one cell per figure, for tables read by people (Markdown, LaTeX)."""
     shown = table.copy()
-    for col in _BEST:
+    for col in _FIGURES:
         half = f"{col} ±95%"
         if half in shown:
             shown[col] = [("–" if pd.isna(m) else f"{m:.4g}" if pd.isna(h) else f"{m:.4g} ± {h:.2g}")
@@ -270,7 +276,7 @@ def _latex(table: pd.DataFrame) -> str:
                 best = vals.max() if larger else vals.min()
                 bold.loc[idx, col] = vals == best
     cells = shown.astype(object).where(shown.notna(), "--")
-    for col in _BEST:
+    for col in _FIGURES:
         cells[col] = [f"{v:.4g}" if isinstance(v, float) else v for v in cells[col]]
     cells = cells.astype(str).map(lambda s: s.replace("_", r"\_").replace("%", r"\%").replace("±", r"$\pm$"))
     cells = cells.where(~bold, "\\textbf{" + cells + "}")
@@ -280,7 +286,7 @@ def _latex(table: pd.DataFrame) -> str:
 
 def render(df: pd.DataFrame, fmt: str) -> str:
     table = comparison_table(df)
-    if fmt != "csv" and any(f"{col} ±95%" in table for col in _BEST):
+    if fmt != "csv" and any(f"{col} ±95%" in table for col in _FIGURES):
         table = _with_intervals(table)
     if fmt == "md":
         return table.astype(object).where(table.notna(), None).to_markdown(index=False, floatfmt="g", missingval="–")

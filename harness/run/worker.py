@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import time
 
 import torch
@@ -17,7 +18,7 @@ from harness import comm as comm_mod
 from harness.config.spec import RunSpec, checkpoint_folder
 from harness.data import BatchOrder, load
 from harness.host import threads_per_process
-from harness.metrics import MemoryMeter, peak_rss_bytes, step_time_summary, track_cpu_allocations
+from harness.metrics import StepMeter, job_idle_fractions, peak_rss_bytes, step_time_summary, track_cpu_allocations
 from harness.models import build_layers, count_parameters
 from harness.run.progress import StepProgress
 
@@ -30,7 +31,7 @@ def train(spec: RunSpec, ctx: comm_mod.DistContext, progress: bool = True, local
     layers = build_layers(spec.model, spec.seed)
     n_params = count_parameters(layers)
     strategy = spec.strategy_cls(spec, layers, ctx, comm)
-    meter = MemoryMeter(ctx.device)
+    meter = StepMeter(ctx.device)
 
     t, steps = spec.train, spec.steps
     memory_step = steps - 1 if t.measure_memory else None
@@ -87,9 +88,12 @@ def train(spec: RunSpec, ctx: comm_mod.DistContext, progress: bool = True, local
 
     per_rank = {
         "rank": ctx.rank,
+        "host": socket.gethostname(),
         "step_times": step_times,
         "peak_memory_bytes": meter.peak_bytes,
         "memory_breakdown": meter.breakdown,
+        "idle": meter.idle,
+        "profiled_spans": meter.spans,
         "peak_rss_bytes": peak_rss_bytes(),
         "layout": strategy.layout(),
         "loss_shares": loss_shares,
@@ -104,6 +108,7 @@ def train(spec: RunSpec, ctx: comm_mod.DistContext, progress: bool = True, local
     timing = step_time_summary([r["step_times"] for r in gathered])
     step_time = timing["step_time_s"]
     peaks = [r["peak_memory_bytes"] for r in gathered]
+    replicas = _replicas_per_stage([r["layout"] for r in gathered], strategy.partition)
     return {
         **timing,
         "throughput": t.global_batch / step_time if step_time else None,
@@ -124,7 +129,8 @@ def train(spec: RunSpec, ctx: comm_mod.DistContext, progress: bool = True, local
         # the cut every stage used, and whether it was given, measured, shared within the sweep or planned
         "boundaries": strategy.partition.boundaries if strategy.partition else None,
         "partition_source": strategy.partition.source if strategy.partition else None,
-        "replicas": _replicas_per_stage([r["layout"] for r in gathered], strategy.partition),
+        "replicas": replicas,
+        **_bubbles(gathered, replicas, strategy, spec.train.micro_batches),
         **_host_use(ctx.device.type, local_world),
         "per_rank": gathered,
     }
@@ -139,6 +145,22 @@ def _replicas_per_stage(layouts: list[dict], partition) -> list[int]:
     if stages == ["all"] and partition is not None:
         return [1] * (len(partition.boundaries) + 1)
     return [len(layouts)]
+
+
+def _bubbles(gathered: list[dict], replicas: list[int], strategy, micro_batches: int) -> dict:
+    """The measured idle fraction (mean over ranks, from the profiled step; none where one process
+    drives several stages, as its thread's idle is no device's), the analytic one for this
+    schedule, and the replica all-reduce hidden under backward (mean over ranks that have one)."""
+    idles = [r["idle"] for r in gathered if r.get("idle")]
+    hidden = [r["allreduce"]["hidden_allreduce_s"] for r in gathered if r.get("allreduce")]
+    # one machine's ranks share the profiler's clock; across machines each rank's own span is used
+    same_host = len({r["host"] for r in gathered}) == 1
+    fractions = job_idle_fractions(idles) if same_host else [i["idle_fraction"] for i in idles]
+    measured = len(idles) == len(gathered) >= len(replicas)
+    return {"bubble_measured": sum(fractions) / len(fractions) if measured else None,
+            "bubble_per_rank": fractions if measured else None,
+            "bubble_analytic": strategy.analytic_bubble(len(replicas), micro_batches),
+            "hidden_allreduce_s": sum(hidden) / len(hidden) if hidden else None}
 
 
 def _host_use(device: str, local_world: int) -> dict:

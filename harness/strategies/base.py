@@ -117,6 +117,12 @@ class Strategy(ABC):
         return ""
 
     @classmethod
+    def analytic_bubble(cls, stages: int, micro_batches: int) -> float:
+        """The idle fraction a balanced pipeline of this kind has on paper: (p - 1) / (m + p - 1)
+        for a synchronous pipeline that flushes every step (0 without stages to wait for)."""
+        return (stages - 1) / (micro_batches + stages - 1)
+
+    @classmethod
     def simulated(cls, spec, profile: Profile, cluster: Cluster) -> SimLayout:
         """This strategy's layout for :func:`harness.planning.simulator.predict`."""
         raise ConfigError(f"strategy={cls.name} has no model in the simulator")

@@ -24,6 +24,10 @@ GRID = {
     3: [([2, 1], [3], []), ([1, 2], [2], []), ([1, 1, 1], [2, 4], ["strategy.recompute=all"]),
         ([2, 1], [3], ["strategy.switch_step=3"])],
     4: [([2, 1, 1], [2, 4], [])],
+    # uneven shares on both sides and partial many-to-many overlaps: a global batch of 13 splits
+    # 7/6 over stage 0's replicas and 5/4/4 over stage 1's, so every stage-0 replica sends to
+    # two of stage 1's, and stage 1's all-reduce sums unequal shares
+    5: [([2, 3], [3], ["train.global_batch=13"])],
 }
 
 

@@ -1,4 +1,5 @@
-"""The measured live-bytes peak moves the way the methods say it should (CPU, real gloo workers).
+"""The measured step's live-bytes peak and idle time move the way the methods say they should
+(CPU, real gloo workers).
 
 Each test names the mechanism it would miss: the allocator's running total (blocks made
 before the step, such as DDP's buckets), recomputation, the schedule's in-flight
@@ -10,7 +11,7 @@ import os
 
 from harness.comm import Comm
 from harness.data import BatchOrder, load
-from harness.metrics import MemoryMeter
+from harness.metrics import StepMeter, job_idle_fractions
 from harness.models import build_layers
 from harness.run.worker import host_only_tensors
 from tests.helpers.cli import make_spec
@@ -34,13 +35,13 @@ def measured_step(ctx, spec, warmup: int = 1) -> dict:
     order = BatchOrder(len(data.train), spec.train.global_batch, spec.seed)
     for step in range(warmup):  # creates optimizer state (and fills an asynchronous pipeline)
         strategy.train_step(*data.train.batch(order.indices(step)))
-    meter = MemoryMeter(ctx.device)
+    meter = StepMeter(ctx.device)
     x, y = data.train.batch(order.indices(warmup))
     with strategy.memory_step_context(), meter.measure_step(strategy.memory_parts,
                                                             lambda: host_only_tensors(strategy, layers, data)):
         strategy.train_step(x, y)
     strategy.finish_training()
-    return {"peak": meter.peak_bytes, **meter.breakdown, "batch": x.nbytes + y.nbytes}
+    return {"peak": meter.peak_bytes, **meter.breakdown, "batch": x.nbytes + y.nbytes, "idle": meter.idle}
 
 
 def measure(ctx, specs, out_dir):
@@ -102,3 +103,20 @@ def test_ashpipe_counts_one_stashed_weight_version_per_minibatch_in_flight(tmp_p
 def _measure_ashpipe(ctx, spec, out_dir):
     with open(os.path.join(out_dir, f"ash{ctx.rank}.json"), "w") as f:
         json.dump(measured_step(ctx, spec, warmup=3), f)
+
+
+def test_measured_idle_follows_the_schedule_for_our_runtime_and_a_baseline(tmp_path):
+    """The bubble measured from the profiled step's operator spans shrinks with more micro-batches
+    (analytic (p-1)/(m+p-1): 50% at m=1, 11% at m=8), for Hippie and for torch pipelining alike."""
+    base = ["world_size=2", "train.global_batch=256", "strategy.boundaries=[3]", "data.train_size=512",
+            "data.test_size=32", "strategy.recompute=none"]
+    specs = {f"{s}_m{m}": make_spec(f"strategy={s}", f"train.micro_batches={m}", *base)
+             for s, ms in (("hippie", (1, 8)), ("pipelining", (2, 8))) for m in ms}
+    ranks = run(tmp_path, 2, specs)
+    job = {name: job_idle_fractions([rank[name]["idle"] for rank in ranks]) for name in specs}
+    for strategy, few in (("hippie", 1), ("pipelining", 2)):
+        sparse, dense = job[f"{strategy}_m{few}"], job[f"{strategy}_m8"]
+        # (measured idle also holds the host's time between operators, a floor that both share)
+        for rank in range(2):
+            assert sparse[rank] > dense[rank], (strategy, job)
+        assert sum(sparse) / 2 > sum(dense) / 2 + 0.05, (strategy, job)

@@ -53,5 +53,5 @@ def test_the_preview_lists_every_job_of_a_sweep_without_starting_one(tmp_path):
 def test_the_plan_command_refuses_a_strategy_without_a_planner_in_one_line(tmp_path):
     proc = run_cli(["strategy=hippie", "world_size=2"], cwd=str(tmp_path), module="harness.plan", timeout=60)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert proc.stderr.strip().splitlines() == [line for line in proc.stderr.strip().splitlines()
-                                                if line.startswith("error: python -m harness.plan plans AshPipe")]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: python -m harness.plan plans AshPipe"), lines

@@ -5,6 +5,7 @@ record, the schema, repeats interleaved in time with intervals, and wandb by its
 import glob
 import json
 import os
+import subprocess
 
 import torch
 
@@ -24,10 +25,8 @@ def test_a_repeated_sweep_records_its_environment_interleaves_repeats_and_logs_w
     assert [(r["repeat"], r["world_size"]) for r in recs] == [(0, 1), (0, 2), (1, 1), (1, 2)]
 
     env = recs[0]["environment"]
-    head = open(os.path.join(ROOT, ".git", "HEAD")).read().strip()
-    assert env["git_commit"] and len(env["git_commit"]) == 40 and isinstance(env["git_dirty"], bool)
-    if not head.startswith("ref:"):
-        assert env["git_commit"] == head
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    assert env["git_commit"] == head and isinstance(env["git_dirty"], bool)
     assert env["packages"]["torch"] == torch.__version__.split("+")[0] or env["packages"]["torch"] == torch.__version__
     assert all(env["packages"][p] for p in ("timm", "hydra-core", "wandb", "deepspeed", "torchgpipe"))
     assert env["cpu_cores"] == os.cpu_count() and env["host"] and env["gpu_count"] == 0

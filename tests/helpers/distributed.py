@@ -32,10 +32,15 @@ def spawn(world_size: int, fn, *args) -> None:
 
 def reference_step(spec, x: torch.Tensor, y: torch.Tensor, steps: int = 1) -> dict[str, torch.Tensor]:
     """Single-process training on the same global batch: the ground truth for synchronous strategies."""
+    return reference_steps(spec, [(x, y)] * steps)
+
+
+def reference_steps(spec, batches: list[tuple[torch.Tensor, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """Single-process training, one optimizer step per global batch, in order."""
     layers = build_layers(spec.model, spec.seed)
     model = torch.nn.Sequential(*layers)
     opt = make_optimizer(model.parameters(), spec.train)
-    for _ in range(steps):
+    for x, y in batches:
         summed_loss(model(x), y, x.shape[0]).backward()
         opt.step()
         opt.zero_grad(set_to_none=True)

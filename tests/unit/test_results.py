@@ -64,13 +64,15 @@ def test_unreadable_record_is_reported_as_failed(tmp_path):
     assert df.iloc[0].status == "failed" and "unreadable" in df.iloc[0].error
 
 
-def test_latex_is_booktabs_with_the_best_value_in_bold(sweep):
-    tex = render(load_records([sweep]), "latex")
+def test_latex_is_booktabs_with_the_best_value_in_bold(tmp_path):
+    write(str(tmp_path / "dp"), _rec("dp", 2, 100.0, 200 * 2**20))
+    write(str(tmp_path / "hippie"), _rec("hippie", 2, 150.0, 100 * 2**20))
+    tex = render(load_records([str(tmp_path)]), "latex")
     assert "\\toprule" in tex and "\\midrule" in tex and "\\bottomrule" in tex
-    hippie = next(line for line in tex.splitlines() if line.startswith("hippie") and "vit\\_micro" in line)
-    assert "\\textbf{150}" in hippie  # best throughput of its group
+    hippie = next(line for line in tex.splitlines() if line.startswith("hippie"))
+    assert "\\textbf{150}" in hippie and "\\textbf{100}" in hippie  # best throughput and memory of its group
     dp = next(line for line in tex.splitlines() if line.startswith("dp "))
-    assert "\\textbf{200}" not in dp and "\\textbf{190.7}" not in dp  # DP uses more memory: not bold there
+    assert "200" in dp and "\\textbf{200}" not in dp and "\\textbf{100}" not in dp  # more memory, slower: not bold
 
 
 def test_repeated_seeds_are_reported_with_a_95_percent_interval(tmp_path):
@@ -130,9 +132,14 @@ def test_figures_are_drawn_from_records(tmp_path):
                                                                          ["B0*", 10.02, 10.04], ["STEP", 10.04, 10.05]]},
                         {"rank": 1, "layout": {"stage": 1}, "events": [["RECV_F0", 10.0, 10.01], ["F0", 10.01, 10.02],
                                                                          ["B0*", 10.02, 10.03], ["SEND_B0", 10.03, 10.031]]}]}
-    paths = all_figures([rec, _rec("dp", 2, 100.0, 200)], str(tmp_path))
+    profiled = {**_rec("pipelining", 2, 120.0, 100), "variant": "gpipe",
+                "per_rank": [{"rank": r, "layout": {"stage": r}, "profiled_spans": [["F", 5.0 + r, 5.01 + r],
+                                                                                    ["B", 5.02 + r, 5.04 + r]]}
+                             for r in (0, 1)]}
+    paths = all_figures([rec, _rec("dp", 2, 100.0, 200), profiled], str(tmp_path))
     names = {os.path.basename(p) for p in paths}
-    for stem in ("throughput_vs_workers", "memory_per_rank", "curves", "timeline_hippie_w2"):
+    for stem in ("throughput_vs_workers", "memory_per_rank", "curves", "timeline_hippie_w2",
+                 "timeline_profiled_pipelining_gpipe_w2"):
         assert {f"{stem}.png", f"{stem}.pdf"} <= names
     assert all(os.path.getsize(p) > 1000 for p in paths)
 

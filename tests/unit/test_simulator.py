@@ -1,6 +1,8 @@
 """The simulator replays the executor's schedules with measured costs (no processes); against real
 runs it is checked in tests/e2e/test_simulator_validation.py."""
 
+from dataclasses import replace
+
 import pytest
 
 from harness.planning.planner import LayerProfile, Network, Profile
@@ -50,8 +52,13 @@ def test_async_prediction_has_no_bubble_in_steady_state_and_dp_scales_with_allre
 def test_stash_and_in_flight_activations_show_in_predicted_memory():
     profile = _uniform_profile(n_layers=4)
     pred = predict(profile, _free_network_cluster(), _async([2]), 2, global_batch=4)
-    first, last = pred.peak_memory_per_stage
-    assert first > last  # two minibatches in flight and a stashed copy on the first stage
+    unstashed = replace(_async([2]), stashes_weights=False)
+    plain = predict(profile, _free_network_cluster(), unstashed, 2, global_batch=4).peak_memory_per_stage
+    params = 2 * 10_000  # two layers of 10,000 parameter bytes per stage
+    # stage 0 has two minibatches in flight, each with its weight copy; the last stage stashes none
+    assert pred.peak_memory_per_stage[0] - plain[0] == pytest.approx(2 * params)
+    assert pred.peak_memory_per_stage[1] == pytest.approx(plain[1])
+    assert plain[0] > plain[1]  # and twice the in-flight activations
 
 
 def test_where_communication_uses_the_compute_cores_sends_and_all_reduce_take_compute_time():
