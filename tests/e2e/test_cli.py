@@ -46,7 +46,7 @@ def test_multirun_of_two_jobs_records_both_and_prints_the_table(workdir):
     # the results command rebuilds the same table from the records
     table = run_cli([sweep], cwd=workdir, module="harness.results")
     assert table.returncode == 0 and table.stdout.count("| dp ") == 2
-    for fmt, marker in (("csv", "strategy,model"), ("latex", "\\begin{tabular}")):
+    for fmt, marker in (("csv", "strategy,layout,model"), ("latex", "\\begin{tabular}")):
         out = run_cli([sweep, "--format", fmt], cwd=workdir, module="harness.results")
         assert out.returncode == 0 and marker in out.stdout
 
