@@ -174,7 +174,7 @@ def comparison(df: pd.DataFrame) -> pd.DataFrame:
     df.loc[simulated, "note"] = ("simulated; " + df.loc[simulated, "note"].fillna("")).str.rstrip("; ")
     crowded = (df["speed_comparable"] == False) & ok  # noqa: E712
     df.loc[crowded, "note"] = [
-        f"speed not comparable: {w:.0f} workers x {t:.0f} threads on {c:.0f} cores" + (f"; {n}" if n else "")
+        f"speed and bubble not comparable: {w:.0f} workers x {t:.0f} threads on {c:.0f} cores" + (f"; {n}" if n else "")
         for w, t, c, n in zip(df.loc[crowded, "workers_on_host"], df.loc[crowded, "threads_per_worker"],
                               df.loc[crowded, "host_cores"], df.loc[crowded, "note"])]
     # blocks in the order the sweep ran them (their first run's start), then the groups and

@@ -183,5 +183,5 @@ def test_blocks_keep_their_order_share_the_dp_reference_and_crowded_speed_is_mar
     table = render(load_records([str(tmp_path)]), "md")
     assert "[1, 3] cut [2]" in table and "[1, 1] cut [3]" in table
     crowded = df[(df.block == "replicated") & (df.strategy == "dp")].iloc[0]
-    assert crowded.note.startswith("speed not comparable: 4 workers x 1 threads on 2 cores")
+    assert crowded.note.startswith("speed and bubble not comparable: 4 workers x 1 threads on 2 cores")
     assert "not comparable" not in df[df.strategy == "ashpipe"].iloc[0].note
