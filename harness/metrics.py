@@ -1,4 +1,4 @@
-"""Per-rank measurements: step times, live training memory, process RSS.
+"""Per-rank measurements: step times, live training memory, idle time, process RSS.
 
 Memory is measured one way for every strategy, nothing declared by hand: the
 peak of the bytes the device's allocator holds live during one steady-state

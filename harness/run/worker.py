@@ -7,6 +7,7 @@ evaluation runs. Rank 0 gathers every rank's measurements into one result.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import socket
@@ -42,7 +43,7 @@ def train(spec: RunSpec, ctx: comm_mod.DistContext, progress: bool = True, local
     bar = StepProgress(steps, t.global_batch, enabled=progress and ctx.is_main, label=spec.strategy.name)
     # the host's copy of the whole model stays alive for the run (``layers``), so that the layers
     # this rank does not train are left out of its memory peak exactly (see harness.metrics)
-    host_only = lambda: host_only_tensors(strategy, layers, dataset)  # noqa: E731
+    host_only = functools.partial(host_only_tensors, strategy, layers, dataset)
     train_start = time.perf_counter()
     reached_target_s = None
 
