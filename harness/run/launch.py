@@ -13,8 +13,10 @@ leaves ``metrics.json`` with ``status: failed``.
 
 from __future__ import annotations
 
+import glob
 import json
 import os
+import pickle
 import re
 import signal
 import time
@@ -85,8 +87,8 @@ def _run_joined(spec: RunSpec, info: tuple[int, int, int]) -> dict:
 
 def _run_spawned(spec: RunSpec, output_dir: str, progress: bool) -> dict:
     result_path = os.path.join(output_dir, _RESULT_FILE)
-    if os.path.exists(result_path):
-        os.remove(result_path)
+    for stale in glob.glob(glob.escape(result_path) + "*"):
+        os.remove(stale)
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(comm_mod.free_port())
     n = spec.strategy_cls.processes(spec)
@@ -102,16 +104,40 @@ def _run_spawned(spec: RunSpec, output_dir: str, progress: bool) -> dict:
         while not ctx.join(timeout=0.5, grace_period=spec.launch.failure_timeout):
             pass
     except tmp.ProcessRaisedException as e:
-        raise WorkerFailure(e.error_index, f"rank {e.error_index} raised {_last_line(str(e))}", str(e)) from None
+        rank, text = _first_failed(ctx, result_path, e.error_index, str(e))
+        raise WorkerFailure(rank, f"rank {rank} raised {_last_line(text)}", text) from None
     except tmp.ProcessExitedException as e:
         how = f"was killed by {signal.Signals(-e.exit_code).name}" if e.exit_code < 0 else f"exited with code {e.exit_code}"
         raise WorkerFailure(e.error_index, f"rank {e.error_index} {how}") from None
     finally:
         _end_all(ctx)
+        for mark in glob.glob(glob.escape(result_path) + ".failed.*"):
+            os.remove(mark)
     with open(result_path) as f:
         result = json.load(f)
     os.remove(result_path)
     return result
+
+
+def _first_failed(ctx, result_path: str, reported: int, text: str) -> tuple[int, str]:
+    """The rank that raised first, and its traceback. join() reports whichever failed process
+    it looks at first, which may be a peer that raised only because the first one went away
+    (a closed connection); each raising rank marks the time it failed before it tears down."""
+    marks = {}
+    for rank in range(len(ctx.processes)):
+        try:
+            with open(f"{result_path}.failed.{rank}") as f:
+                marks[rank] = float(f.read())
+        except (OSError, ValueError):
+            continue
+    first = min(marks, key=marks.get, default=reported)
+    if first != reported:
+        try:
+            with open(ctx.error_files[first], "rb") as f:
+                return first, pickle.load(f)
+        except (OSError, EOFError, pickle.UnpicklingError):
+            pass
+    return reported, text
 
 
 def _end_all(ctx) -> None:

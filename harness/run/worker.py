@@ -264,5 +264,10 @@ def worker_main(rank: int, spec: RunSpec, world_size: int, local_world: int, res
             with open(tmp, "w") as f:
                 json.dump(result, f)
             os.replace(tmp, result_path)
+    except BaseException:
+        if result_path:  # when this rank failed, before its peers can see it (see launch._first_failed)
+            with open(f"{result_path}.failed.{rank}", "w") as f:
+                f.write(repr(time.time()))
+        raise
     finally:
         comm_mod.destroy()
