@@ -9,7 +9,7 @@ from torch.nn.parallel import DistributedDataParallel
 from harness.metrics import optimizer_state_tensors
 from harness.planning.simulator import SimLayout
 from harness.strategies.base import Strategy, summed_eval
-from harness.training import eval_counts, make_optimizer, replica_slice, summed_loss
+from harness.training import eval_counts, make_optimizer, replica_slice, summed_loss, with_precision
 
 
 class DDPStrategy(Strategy):
@@ -17,7 +17,7 @@ class DDPStrategy(Strategy):
 
     def __init__(self, spec, layers, ctx, comm):
         super().__init__(spec, layers, ctx, comm)
-        self.model = nn.Sequential(*layers).to(ctx.device)
+        self.model = nn.Sequential(*with_precision(layers, spec.train.precision)).to(ctx.device)
         # DDP broadcasts rank 0's parameters at construction; all ranks built them
         # from the same seed anyway, so this is a no-op kept for safety.
         self.ddp = DistributedDataParallel(
@@ -40,7 +40,7 @@ class DDPStrategy(Strategy):
         loss.backward()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return float(loss.detach()) / self.ctx.world_size
+        return loss.detach() / self.ctx.world_size
 
     @torch.no_grad()
     def evaluate(self, x, y):

@@ -133,6 +133,8 @@ class DeepSpeedPipeStrategy(Strategy):
             # DeepSpeed clips gradients to norm 1.0 by default; no other strategy
             # here clips, so clipping would make DeepSpeed train a different model
             "gradient_clipping": 0.0,
+            # DeepSpeed's own mixed precision: bf16 weights and activations, fp32 master weights in its optimizer
+            "bf16": {"enabled": spec.train.precision == "bf16"},
         }
         self.engine, _, _, _ = deepspeed.initialize(model=module, optimizer=optimizer, config=config,
                                                                  dist_init_required=False)
@@ -144,15 +146,18 @@ class DeepSpeedPipeStrategy(Strategy):
 
     def _loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         if self._evaluating:  # per micro-batch [CE sum, correct, count], summed after eval_batch
+            output = output.float()
             return torch.stack([F.cross_entropy(output, target, reduction="sum"),
                                 (output.argmax(-1) == target).sum().to(output.dtype),
                                 torch.tensor(float(target.numel()), dtype=output.dtype, device=output.device)])
-        return F.cross_entropy(output, target)
+        return F.cross_entropy(output.float(), target)
 
     def _micro_batches(self, x, y):
         """This data-parallel replica's micro-batches, in order (DeepSpeed pulls one per micro step)."""
         share = x.shape[0] // self.dp
         lo = self.replica * share
+        if self.spec.train.precision == "bf16":  # DeepSpeed's bf16 engine takes inputs in the weights' type
+            x = x.to(torch.bfloat16)
         return iter([(x[lo + k : lo + k + self.micro], y[lo + k : lo + k + self.micro])
                      for k in range(0, share, self.micro)])
 
@@ -160,7 +165,7 @@ class DeepSpeedPipeStrategy(Strategy):
         loss = self.engine.train_batch(self._micro_batches(x, y))
         self.engine.optimizer.zero_grad(set_to_none=True)
         # train_batch returns the mean over micro-batches and data-parallel replicas on every rank
-        return float(loss) / self.ctx.world_size
+        return loss / self.ctx.world_size
 
     @torch.no_grad()
     def evaluate(self, x, y):
@@ -184,6 +189,10 @@ class DeepSpeedPipeStrategy(Strategy):
 
     def layout(self):
         return {"stage": self.stage, "replica": self.replica, "layers": list(self.layer_range)}
+
+    def recomputed_layers(self):
+        # activation_checkpoint_interval=1 checkpoints every layer of the stage
+        return {i: 1 / self.dp for i in range(*self.layer_range)} if self.spec.strategy.recompute == "all" else {}
 
     def owned_layers(self):
         return range(*self.layer_range)

@@ -29,7 +29,7 @@ from harness.models import num_layers
 from harness.runtime.partition import stage_ranges
 from harness.strategies.base import EvalResult, Strategy, StrategyConfig
 from harness.strategies.layout import check_layout, resolve_boundaries, simulated_pipeline
-from harness.training import eval_counts, make_optimizer
+from harness.training import eval_counts, make_optimizer, with_precision
 
 _CHECKPOINT_MODES = ("always", "except_last", "never")
 
@@ -41,6 +41,10 @@ class GPipeConfig(StrategyConfig):
     boundaries: Optional[list[int]] = None
     # torchgpipe's recomputation: always | except_last | never
     checkpoint: str = "except_last"
+    # GPUs the partitions are spread over, partition i on cuda:(i mod devices); unset: one per
+    # partition. Fewer than the partitions (devices=1 puts them all on one GPU) checks the path on
+    # a single GPU; it measures no pipeline parallelism.
+    devices: Optional[int] = None
 
 
 class GPipeStrategy(Strategy):
@@ -67,6 +71,12 @@ class GPipeStrategy(Strategy):
                 f"world_size={spec.world_size} (torchgpipe has no data parallelism)"
             )
         check_layout(spec, [1] * stages)
+        if spec.strategy.devices is not None and not 1 <= spec.strategy.devices <= stages:
+            raise ConfigError(f"strategy.devices={spec.strategy.devices} must be between 1 and the {stages} partitions")
+
+    @classmethod
+    def gpus(cls, spec) -> int:
+        return spec.strategy.devices or spec.world_size
 
     @classmethod
     def samples_per_forward(cls, spec) -> int:
@@ -89,22 +99,22 @@ class GPipeStrategy(Strategy):
         boundaries = self.partition.boundaries
         balance = [hi - lo for lo, hi in stage_ranges(boundaries, num_layers(spec.model))]
         if ctx.device.type == "cuda":
-            devices = [torch.device("cuda", i) for i in range(S)]
+            devices = [torch.device("cuda", i % (spec.strategy.devices or S)) for i in range(S)]
         else:
             devices = [torch.device("cpu")] * S
         self.devices = devices
-        self.model = GPipe(nn.Sequential(*layers), balance=balance, devices=devices,
+        self.model = GPipe(nn.Sequential(*with_precision(layers, spec.train.precision)), balance=balance, devices=devices,
                            chunks=spec.train.micro_batches, checkpoint=spec.strategy.checkpoint)
         self.optimizer = make_optimizer(self.model.parameters(), spec.train)
 
     def train_step(self, x, y):
         self.model.train()
         out = self.model(x.to(self.devices[0]))
-        loss = F.cross_entropy(out, y.to(out.device))
+        loss = F.cross_entropy(out.float(), y.to(out.device))
         loss.backward()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return float(loss.detach())
+        return loss.detach()
 
     @torch.no_grad()
     def evaluate(self, x, y):
@@ -128,6 +138,12 @@ class GPipeStrategy(Strategy):
         if self.ctx.device.type != "cpu":
             return contextlib.nullcontext()
         return _patched(torchgpipe.pipeline, "spawn_workers", _inline_workers)
+
+    def recomputed_layers(self):
+        # torchgpipe checkpoints every partition's micro-batches: all of them, or all but the last
+        m = self.spec.train.micro_batches
+        share = {"always": 1.0, "except_last": (m - 1) / m, "never": 0.0}[self.spec.strategy.checkpoint]
+        return {i: share for i in range(len(self.layers))} if share else {}
 
     def layout(self):
         return {"stage": "all", "devices": [str(d) for d in self.devices], "boundaries": self.partition.boundaries}

@@ -25,7 +25,7 @@ from harness.runtime.partition import stage_ranges
 from harness.runtime.topology import Topology
 from harness.strategies.base import PipelineKeys, Strategy, summed_eval
 from harness.strategies.layout import check_layout, resolve_boundaries, simulated_pipeline, uniform_replicas
-from harness.training import eval_counts, make_optimizer
+from harness.training import PRECISIONS, eval_counts, make_optimizer, with_precision
 
 _SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
 
@@ -68,7 +68,10 @@ class PipeliningStrategy(Strategy):
         dp_groups = [new_group(topo.ranks_of(s), ctx.timeout) for s in range(S)]
 
         lo, hi = self.layer_range
-        self.module = nn.Sequential(*layers[lo:hi]).to(ctx.device)
+        stage_layers = with_precision(layers[lo:hi], spec.train.precision)
+        if self.stage < S - 1 and spec.train.precision != "fp32":  # cross stages in the run's precision, as ours
+            stage_layers.append(_Cast(PRECISIONS[spec.train.precision]))
+        self.module = nn.Sequential(*stage_layers).to(ctx.device)
         submodule = self.module
         if n > 1:
             submodule = DistributedDataParallel(self.module, process_group=dp_groups[self.stage],
@@ -96,7 +99,7 @@ class PipeliningStrategy(Strategy):
 
     @staticmethod
     def _loss(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        return F.cross_entropy(output, target)
+        return F.cross_entropy(output.float(), target)
 
     def _share(self, x, y):
         lo = self.replica * self.local_batch
@@ -117,7 +120,7 @@ class PipeliningStrategy(Strategy):
         self.optimizer.zero_grad(set_to_none=True)
         if not losses:
             return 0.0
-        return float(torch.stack([l.detach() for l in losses]).mean()) / self.n_replicas
+        return torch.stack([l.detach() for l in losses]).mean() / self.n_replicas
 
     @torch.no_grad()
     def evaluate(self, x, y):
@@ -136,3 +139,14 @@ class PipeliningStrategy(Strategy):
 
     def owned_layers(self):
         return range(*self.layer_range)
+
+
+class _Cast(nn.Module):
+    """The stage's output in the type it crosses to the next stage in (a no-op in fp32)."""
+
+    def __init__(self, dtype: torch.dtype):
+        super().__init__()
+        self.dtype = dtype
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.to(self.dtype)

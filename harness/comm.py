@@ -4,6 +4,13 @@ Process-group set-up, point-to-point transfers and collectives, each with a
 timeout, so a stuck peer becomes an error that names the rank and the
 operation instead of a hang. Strategies and schedules never call
 ``torch.distributed`` directly for data movement.
+
+How the timeout is enforced depends on the backend. With gloo, each wait passes
+it (``work.wait(timeout)``) and a late peer raises :class:`CommTimeout` naming the
+rank and the operation. With NCCL, an explicit timeout would turn the wait into
+a host-blocking poll, so the host could not queue work ahead of the device; there
+a wait only makes the current stream wait for the transfer, and the process
+group's own timeout (set from the same value) and NCCL's watchdog end a stuck job.
 """
 
 from __future__ import annotations
@@ -69,7 +76,11 @@ def destroy() -> None:
         dist.destroy_process_group()
 
 
-def _wait(work: dist.Work, what: str, timeout: timedelta) -> None:
+def _wait(work: dist.Work, what: str, timeout: timedelta | None) -> None:
+    """Wait for ``work``; ``timeout`` None: order the device's streams only (NCCL, see above)."""
+    if timeout is None:
+        work.wait()
+        return
     try:
         ok = work.wait(timeout)
     except RuntimeError as e:
@@ -89,19 +100,22 @@ class Comm:
     def __init__(self, ctx: DistContext):
         self.ctx = ctx
         self.timeout = ctx.timeout
+        # the timeout each wait passes: none on NCCL, where the process group enforces it
+        self.wait_timeout = None if ctx.backend == "nccl" else ctx.timeout
 
     # point to point -------------------------------------------------------
     def isend(self, tensor: torch.Tensor, dst: int, tag: int = 0) -> "Pending":
-        return Pending(dist.isend(tensor, dst=dst, tag=tag), f"send to rank {dst} (tag {tag})", self.timeout, tensor)
+        return Pending(dist.isend(tensor, dst=dst, tag=tag), f"send to rank {dst} (tag {tag})", self.wait_timeout,
+                       tensor)
 
     def irecv(self, tensor: torch.Tensor, src: int, tag: int = 0) -> "Pending":
-        return Pending(dist.irecv(tensor, src=src, tag=tag), f"receive from rank {src} (tag {tag})", self.timeout,
-                       tensor)
+        return Pending(dist.irecv(tensor, src=src, tag=tag), f"receive from rank {src} (tag {tag})",
+                       self.wait_timeout, tensor)
 
     # collectives --------------------------------------------------------
     def all_reduce_async(self, tensor: torch.Tensor, group=None) -> "Pending":
         work = dist.all_reduce(tensor, op=dist.ReduceOp.SUM, group=group, async_op=True)
-        return Pending(work, "all-reduce", self.timeout)
+        return Pending(work, "all-reduce", self.wait_timeout)
 
     def all_reduce(self, tensor: torch.Tensor, group=None) -> torch.Tensor:
         self.all_reduce_async(tensor, group).wait()
@@ -109,7 +123,7 @@ class Comm:
 
     def broadcast(self, tensor: torch.Tensor, src: int, group=None) -> torch.Tensor:
         work = dist.broadcast(tensor, src=src, group=group, async_op=True)
-        _wait(work, f"broadcast from rank {src}", self.timeout)
+        _wait(work, f"broadcast from rank {src}", self.wait_timeout)
         return tensor
 
     def barrier(self) -> None:
@@ -141,7 +155,7 @@ class Pending:
     sending its gradient) must not free it.
     """
 
-    def __init__(self, work: dist.Work, what: str, timeout: timedelta, tensor: torch.Tensor | None = None):
+    def __init__(self, work: dist.Work, what: str, timeout: timedelta | None, tensor: torch.Tensor | None = None):
         self.work, self.what, self.timeout, self.tensor = work, what, timeout, tensor
 
     def wait(self) -> None:

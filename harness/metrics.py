@@ -32,8 +32,9 @@ emits around its actions (torch pipelining's ``Forward i``) are looked into, not
 counted whole, since they enclose receives. The spans are kept, merged into
 forward, backward and optimizer blocks, for the timeline figure. The profiler's
 memory recording slows operators a little, so this step's idle fraction is, if
-anything, lower than an unprofiled step's. On CUDA the step is not profiled yet
-(device-side spans are issue 17's): no idle fraction is recorded there.
+anything, lower than an unprofiled step's. On CUDA the same step is profiled with
+the device's activity: compute is the union of the kernels, copies and sets it ran
+(NCCL's kernels are communication, left out), in ``GPU`` blocks on the timeline.
 """
 
 from __future__ import annotations
@@ -130,9 +131,11 @@ class StepMeter:
                 torch.cuda.synchronize(self.device)
                 torch.cuda.reset_peak_memory_stats(self.device)
                 start = int(torch.cuda.memory_allocated(self.device))
-                yield
-                torch.cuda.synchronize(self.device)
+                with _native_stderr_silenced(), profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+                    yield
+                    torch.cuda.synchronize(self.device)  # inside the profile: its kernels are in it
                 peak = int(torch.cuda.max_memory_allocated(self.device))
+                self.spans, self.idle = device_spans(prof)
             else:
                 # Memory events are recorded for the profiling thread only (profile_all_threads
                 # drops them in torch 2.14): strategies that compute in other threads run them
@@ -210,9 +213,27 @@ def compute_spans(prof) -> tuple[list[tuple[str, float, float]], dict | None]:
 
     for root in prof.profiler.kineto_results.experimental_event_tree():
         visit(root, "F")
+    return busy_blocks(ops, first, last)
+
+
+def device_spans(prof) -> tuple[list[tuple[str, float, float]], dict | None]:
+    """On CUDA, the device's work in the profile (kernels, copies and sets, NCCL's kernels left
+    out as communication) as ``GPU`` blocks, and its idle fraction, as :func:`compute_spans`.
+    The device's timestamps are on the host's clock (CUPTI converts them), so ranks line up."""
+    ops = [(e.start_ns(), e.start_ns() + e.duration_ns(), "GPU") for e in prof.profiler.kineto_results.events()
+           if e.device_type() == torch.autograd.DeviceType.CUDA and not e.name().lower().startswith("nccl")]
+    if not ops:
+        return [], None
+    return busy_blocks(ops, min(o[0] for o in ops), max(o[1] for o in ops))
+
+
+def busy_blocks(ops: list[tuple[int, int, str]], first: int | None, last: int | None
+                ) -> tuple[list[tuple[str, float, float]], dict | None]:
+    """Work intervals (start ns, end ns, kind) within [first, last]: their union's blocks, merged
+    per kind across gaps under ``_MERGE_GAP_NS``, in epoch seconds, and the idle fraction."""
     if first is None or last <= first:
         return [], None
-    ops.sort()
+    ops = sorted(ops)
     blocks: list[list] = []
     busy, covered_to = 0, first
     for start, end, kind in ops:

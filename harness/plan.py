@@ -27,7 +27,7 @@ from harness.strategies.ashpipe import AshPipeStrategy, assumed_network, memory_
 
 
 def _plan(cfg: DictConfig) -> None:
-    spec = spec_or_exit(cfg)
+    spec = spec_or_exit(cfg, launching=False)  # plans for a cluster, not for this host
     if not issubclass(spec.strategy_cls, AshPipeStrategy):
         print(f"error: python -m harness.plan plans AshPipe's stages and replicas; strategy={spec.strategy.name} "
               "has no planner (drop the strategy override, or use python -m harness.preview to see its layout)",

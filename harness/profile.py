@@ -21,7 +21,7 @@ from harness.cli.profiles import default_path, profile_spec
 
 
 def _profile(cfg: DictConfig) -> None:
-    spec = spec_or_exit(cfg)
+    spec = spec_or_exit(cfg, launching=False)  # a profile stands for workers on other hosts
     print(f"profiling {spec.model.name} on {spec.device} (network between 2 local workers first) ...", flush=True)
     profile = profile_spec(spec)
     out = cfg.sim.out or default_path(spec)

@@ -50,7 +50,7 @@ def load_or_measure_profile(cfg: DictConfig, spec: RunSpec) -> Profile:
 
 def _simulate(cfg: DictConfig) -> None:
     try:
-        spec = build_spec(cfg)
+        spec = build_spec(cfg, launching=False)
         profile = load_or_measure_profile(cfg, spec)
         pred = predict_spec(spec, cfg, profile)
     except ConfigError as e:

@@ -1,6 +1,7 @@
 """The suite mirrors the layout: unit/ (no processes), distributed/ (real gloo process groups),
-e2e/ (the commands, as a user runs them). Each folder's tests carry its marker, so
-``pytest -m "not e2e"`` is the fast loop and ``pytest -m unit`` the fastest."""
+e2e/ (the commands, as a user runs them), gpu/ (one CUDA device; skipped without one). Each
+folder's tests carry its marker, so ``pytest -m "not e2e"`` is the fast loop and ``pytest -m
+unit`` the fastest."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import os
 
 import pytest
 
-_KINDS = ("unit", "distributed", "e2e")
+_KINDS = ("unit", "distributed", "e2e", "gpu")
 
 
 def pytest_collection_modifyitems(config, items):

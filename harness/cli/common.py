@@ -29,10 +29,10 @@ def hydra_command(task: Callable[[DictConfig], None], extra_overrides: list[str]
     hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="config")(task)()
 
 
-def spec_or_exit(cfg: DictConfig) -> RunSpec:
-    """The validated spec, or one ``error:`` line and exit 2."""
+def spec_or_exit(cfg: DictConfig, launching: bool = True) -> RunSpec:
+    """The validated spec, or one ``error:`` line and exit 2 (``launching``: see build_spec)."""
     try:
-        return build_spec(cfg)
+        return build_spec(cfg, launching)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(2)

@@ -22,7 +22,7 @@ def workload(spec: RunSpec) -> Workload:
     return Workload(model=spec.model, seed=spec.seed, image_size=spec.data.image_size,
                     samples=spec.strategy_cls.samples_per_forward(spec), workers=spec.world_size,
                     threads=threads_per_process(spec.launch.threads_per_worker, spec.world_size),
-                    train=spec.train, num_classes=spec.model.num_classes)
+                    train=spec.train, num_classes=spec.model.num_classes, precision=spec.train.precision)
 
 
 def profile_spec(spec: RunSpec) -> Profile:
@@ -31,7 +31,8 @@ def profile_spec(spec: RunSpec) -> Profile:
 
 
 def default_path(spec: RunSpec) -> str:
-    return os.path.join("profiles", f"{spec.model.name}-{spec.device}.json")
+    precision = "" if spec.train.precision == "fp32" else f"-{spec.train.precision}"
+    return os.path.join("profiles", f"{spec.model.name}-{spec.device}{precision}.json")
 
 
 def cluster_of(cfg: DictConfig, profile: Profile) -> Cluster:

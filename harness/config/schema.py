@@ -70,6 +70,8 @@ class TrainConfig:
     lr: float = 2e-3
     weight_decay: float = 0.0
     momentum: float = 0.9
+    # fp32 | bf16 (autocast with fp32 master weights; DeepSpeed: its own bf16 mode)
+    precision: str = "fp32"
     # evaluate on the test split every this many steps (0: only at the end)
     eval_every: int = 0
     # cap on test images evaluated (0: the whole split)

@@ -21,7 +21,7 @@ from harness.config.registry import strategy_class, strategy_classes
 from harness.config.schema import DataConfig, LaunchConfig, LoggerConfig, ModelConfig, RunConfig, TrainConfig
 from harness.errors import ConfigError
 from harness.strategies.base import PIPELINE_KEYS, Strategy, StrategyConfig
-from harness.training import OPTIMIZERS
+from harness.training import OPTIMIZERS, PRECISIONS
 
 _LOGGER_MODES = ("offline", "online", "disabled")
 
@@ -66,7 +66,7 @@ class RunSpec:
             "seed": self.seed,
             "repeat": self.repeat,
             "device": self.device,
-            "precision": "fp32",  # every strategy trains in fp32 (weights, activations, gradients)
+            "precision": self.train.precision,
             "tag": self.tag,
             "block": self.block,
             "variant": self.variant(),
@@ -95,8 +95,9 @@ def _positive(name: str, value, minimum: int = 1) -> None:
         raise ConfigError(f"{name}={value} must be at least {minimum}")
 
 
-def build_spec(cfg: DictConfig | RunConfig) -> RunSpec:
-    """Validate ``cfg`` and resolve derived values; raises ConfigError on bad input."""
+def build_spec(cfg: DictConfig | RunConfig, launching: bool = True) -> RunSpec:
+    """Validate ``cfg`` and resolve derived values; raises ConfigError on bad input. ``launching``
+    False (profiling, planning, simulating a cluster): the run's GPUs need not be on this host."""
     rc: RunConfig = OmegaConf.to_object(cfg) if isinstance(cfg, DictConfig) else cfg
     t, launch = rc.train, rc.launch
 
@@ -116,6 +117,8 @@ def build_spec(cfg: DictConfig | RunConfig) -> RunSpec:
         raise ConfigError(f"logger.mode={rc.logger.mode} is not one of {', '.join(_LOGGER_MODES)}")
     if t.optimizer not in OPTIMIZERS:
         raise ConfigError(f"train.optimizer={t.optimizer} is not supported; use {' or '.join(OPTIMIZERS)}")
+    if t.precision not in PRECISIONS:
+        raise ConfigError(f"train.precision={t.precision} is not one of {', '.join(PRECISIONS)}")
     if rc.data.name not in ("synthetic", "cifar100"):
         raise ConfigError(f"unknown data set '{rc.data.name}'; use data=synthetic or data=cifar100")
     for key in ("depth", "embed_dim", "num_heads", "patch_size", "img_size"):
@@ -136,12 +139,8 @@ def build_spec(cfg: DictConfig | RunConfig) -> RunSpec:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if device not in ("cpu", "cuda"):
         raise ConfigError(f"launch.device={device} is not one of cpu, cuda, auto")
-    if device == "cuda":
-        gpus = torch.cuda.device_count()
-        if gpus == 0:
-            raise ConfigError("launch.device=cuda but no GPU is visible; use launch.device=cpu")
-        if rc.world_size > gpus and "WORLD_SIZE" not in os.environ:
-            raise ConfigError(f"world_size={rc.world_size} needs one GPU per worker but {gpus} are visible; lower world_size")
+    if device == "cuda" and torch.cuda.device_count() == 0:
+        raise ConfigError("launch.device=cuda but no GPU is visible; use launch.device=cpu")
 
     cls = strategy_class(rc.strategy.name)
     strategy, ignored = strategy_config(cls, rc.strategy)
@@ -170,6 +169,11 @@ def build_spec(cfg: DictConfig | RunConfig) -> RunSpec:
     data_mod.check_available(rc.data)
     cls.complete(spec)
     cls.check(spec)
+    if device == "cuda" and launching and "WORLD_SIZE" not in os.environ:
+        gpus, needed = torch.cuda.device_count(), cls.gpus(spec)
+        if needed > gpus:
+            raise ConfigError(f"world_size={rc.world_size} needs {needed} GPU(s) on this host (one per worker) but "
+                              f"{gpus} are visible; lower world_size")
     return spec
 
 

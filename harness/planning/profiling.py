@@ -19,7 +19,6 @@ import os
 import platform
 import statistics
 import tempfile
-import time
 from dataclasses import asdict, dataclass, replace
 
 import torch
@@ -30,7 +29,8 @@ from harness import comm as comm_mod
 from harness.host import cpu_worker_environment
 from harness.models import build_layers
 from harness.planning.planner import LayerProfile, Network, Profile
-from harness.training import make_optimizer, summed_loss
+from harness.timing import DeviceTimer
+from harness.training import Autocast, make_optimizer, summed_loss, with_precision
 
 
 @dataclass
@@ -45,6 +45,7 @@ class Workload:
     threads: int  # torch threads of one worker
     train: object  # optimizer settings (harness.training.make_optimizer reads them)
     num_classes: int
+    precision: str = "fp32"  # as the run trains (harness.training.with_precision)
 
 
 def _saved_bytes(fn) -> tuple[object, int]:
@@ -70,14 +71,16 @@ def profile_layers(layers: list[nn.Module], sample: torch.Tensor, repeats: int =
     (ViT blocks are identical), which keeps profiling ViT-H/14 cheap.
     """
     batch = sample.shape[0]
+    timer = DeviceTimer(sample.device)
     cache: dict[tuple, LayerProfile] = {}
     out_profiles = []
     x = sample
     for layer in layers:
-        key = (type(layer).__name__, tuple(tuple(p.shape) for p in layer.parameters()), tuple(x.shape))
+        name = type(layer.layer if isinstance(layer, Autocast) else layer).__name__
+        key = (name, tuple(tuple(p.shape) for p in layer.parameters()), tuple(x.shape))
         param_bytes = sum(p.numel() * p.element_size() for p in layer.parameters())
         if key in cache:
-            prof = LayerProfile(**{**asdict(cache[key]), "name": type(layer).__name__})
+            prof = LayerProfile(**{**asdict(cache[key]), "name": name})
             with torch.no_grad():
                 y = layer(x)
         else:
@@ -87,20 +90,18 @@ def profile_layers(layers: list[nn.Module], sample: torch.Tensor, repeats: int =
                 if r > 3 and spent > budget_s:  # large layers: enough samples for a stable median
                     break
                 inp = x.detach().requires_grad_(x.is_floating_point())
-                _sync(x)
-                t0 = time.perf_counter()
+                t0 = timer.mark()
                 y, saved = _saved_bytes(lambda: layer(inp))
-                _sync(y)
-                t1 = time.perf_counter()
+                t1 = timer.mark()
                 y.backward(torch.ones_like(y))
-                _sync(y)
-                t2 = time.perf_counter()
-                spent += t2 - t0
+                t2 = timer.mark()
+                forward_s, backward_s = timer.elapsed(t0, t1), timer.elapsed(t1, t2)
+                spent += forward_s + backward_s
                 if r:  # the first run warms up
-                    fwd.append(t1 - t0)
-                    bwd.append(t2 - t1)
+                    fwd.append(forward_s)
+                    bwd.append(backward_s)
             layer.zero_grad(set_to_none=True)
-            prof = LayerProfile(type(layer).__name__, _median(fwd) / batch, _median(bwd) / batch,
+            prof = LayerProfile(name, _median(fwd) / batch, _median(bwd) / batch,
                                 y[0].numel() * y.element_size(), saved // batch,
                                 x[0].numel() * x.element_size(), param_bytes)
             cache[key] = prof
@@ -113,14 +114,10 @@ def _median(v: list[float]) -> float:
     return sorted(v)[len(v) // 2]
 
 
-def _sync(t: torch.Tensor) -> None:
-    if t.device.type == "cuda":
-        torch.cuda.synchronize(t.device)
-
-
 def measure_network(comm, size_bytes: int = 8 * 2**20, repeats: int = 5) -> Network:
     """Point-to-point (rank 0 -> 1) and all-reduce bandwidth over the job's workers. Collective."""
     ctx = comm.ctx
+    timer = DeviceTimer(ctx.device)  # on NCCL a wait only orders streams: time on the device
     n = size_bytes // 4
     buf = torch.ones(n, device=ctx.device)
     tiny = torch.ones(1, device=ctx.device)
@@ -129,26 +126,27 @@ def measure_network(comm, size_bytes: int = 8 * 2**20, repeats: int = 5) -> Netw
         comm.barrier()
         if ctx.world_size > 1 and ctx.rank in (0, 1):
             peer = 1 - ctx.rank
-            t0 = time.perf_counter()
+            t0 = timer.mark()
             if ctx.rank == 0:
                 comm.isend(buf, peer).wait()
                 comm.irecv(tiny, peer).wait()
             else:
                 comm.irecv(buf, peer).wait()
                 comm.isend(tiny, peer).wait()
-            p2p.append(time.perf_counter() - t0)
-            t0 = time.perf_counter()
+            t1 = timer.mark()
             if ctx.rank == 0:
                 comm.isend(tiny, peer).wait()
                 comm.irecv(tiny, peer).wait()
             else:
                 comm.irecv(tiny, peer).wait()
                 comm.isend(tiny, peer).wait()
-            lat.append((time.perf_counter() - t0) / 2)
+            t2 = timer.mark()
+            p2p.append(timer.elapsed(t0, t1))
+            lat.append(timer.elapsed(t1, t2) / 2)
         comm.barrier()
-        t0 = time.perf_counter()
+        t0 = timer.mark()
         comm.all_reduce(buf)
-        ar.append(time.perf_counter() - t0)
+        ar.append(timer.elapsed(t0, timer.mark()))
     w = ctx.world_size
     stats = torch.tensor([_median(p2p) if p2p else 0.0, _median(lat) if lat else 0.0, _median(ar)], dtype=torch.float64)
     stats = comm.broadcast_object(stats.tolist(), src=0)
@@ -197,7 +195,7 @@ def measure_profile(work: Workload, device: torch.device, network: Network | Non
         layers, pass_s, update_s = _measure(work, device)
     short = _short(layers)
     threads = work.threads if device.type == "cpu" else torch.get_num_threads()
-    meta = {"model": getattr(work.model, "name", None), "threads": threads, "torch": torch.__version__,
+    meta = {"model": getattr(work.model, "name", None), "threads": threads, "precision": work.precision, "torch": torch.__version__,
             "python": platform.python_version(), "host": platform.node(), "cpus": os.cpu_count(),
             "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
             "step_factor_note": "forward, loss and backward of a shortened model / the sum of its layers' "
@@ -223,7 +221,7 @@ def _measure(work: Workload, device: torch.device, side_by_side=None, rounds: in
     Workers measuring side by side start each round together."""
     if device.type == "cpu":
         torch.set_num_threads(work.threads)
-    layers = [layer.to(device) for layer in build_layers(work.model, work.seed)]
+    layers = with_precision([layer.to(device) for layer in build_layers(work.model, work.seed)], work.precision)
     sample = torch.randn(work.samples, 3, work.image_size, work.image_size, device=device)
     layer_rounds, passes, updates = [], [], []
     for _ in range(rounds):
@@ -257,19 +255,20 @@ def _whole_step_s(work: Workload, layers, sample: torch.Tensor, repeats: int, bu
     model = torch.nn.Sequential(*layers)
     optimizer = make_optimizer(model.parameters(), work.train)
     target = torch.randint(0, work.num_classes, (sample.shape[0],), device=sample.device)
+    timer = DeviceTimer(sample.device)
     passes, updates = [], []
-    started = time.perf_counter()
+    spent = 0.0
     for r in range(repeats + 2):
-        if r > 4 and time.perf_counter() - started > budget_s:
+        if r > 4 and spent > budget_s:
             break
-        t0 = time.perf_counter()
+        t0 = timer.mark()
         summed_loss(model(sample), target, sample.shape[0]).backward()
-        _sync(sample)
-        t1 = time.perf_counter()
+        t1 = timer.mark()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        _sync(sample)
+        t2 = timer.mark()
+        spent += timer.elapsed(t0, t2)
         if r >= 2:  # the first two warm up
-            passes.append(t1 - t0)
-            updates.append(time.perf_counter() - t1)
+            passes.append(timer.elapsed(t0, t1))
+            updates.append(timer.elapsed(t1, t2))
     return statistics.median(passes), statistics.median(updates)

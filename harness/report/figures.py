@@ -19,7 +19,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-_COLORS = {"F": "#4C72B0", "B": "#DD8452", "STEP": "#55A868", "RECV": "#C7C7C7", "SEND": "#8172B3"}
+# GPU: a CUDA rank's kernels in its profiled step (the device's work is not split by action)
+_COLORS = {"F": "#4C72B0", "B": "#DD8452", "STEP": "#55A868", "RECV": "#C7C7C7", "SEND": "#8172B3", "GPU": "#937860"}
 
 
 def _save(fig, out_dir: str, name: str) -> list[str]:
@@ -92,7 +93,7 @@ def curves(records: list[dict], out_dir: str) -> list[str]:
 
 
 def _kind(label: str) -> str:
-    for prefix in ("RECV", "SEND", "STEP", "F", "B"):
+    for prefix in ("RECV", "SEND", "STEP", "GPU", "F", "B"):
         if label.startswith(prefix):
             return prefix
     return "STEP"
@@ -128,8 +129,8 @@ def timeline(record: dict, out_dir: str, name: str | None = None, key: str = "ev
     ax.set_title(f"{record.get('strategy')} w={record.get('world_size')}: forward, backward, optimizer, {what}",
                  fontsize=9)
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in _COLORS.values()]
-    ax.legend(handles, ["forward", "backward", "optimizer step", "receive / idle", "send"], fontsize=7,
-              loc="upper center", bbox_to_anchor=(0.5, -0.35), ncol=5, frameon=False)
+    ax.legend(handles, ["forward", "backward", "optimizer step", "receive / idle", "send", "GPU kernels"], fontsize=7,
+              loc="upper center", bbox_to_anchor=(0.5, -0.35), ncol=6, frameon=False)
     prefix = "timeline" if key == "events" else "timeline_profiled"
     return _save(fig, out_dir, name or f"{prefix}_{_run_name(record)}")
 

@@ -38,6 +38,11 @@ class RunRecord(BaseModel):
     accuracy: Optional[float] = Field(ge=0, le=1)
     final_loss: Optional[float]
     environment: Optional[dict] = None  # harness.report.environment (None only for a record made elsewhere)
+    precision: Optional[Literal["fp32", "bf16"]] = None
+    flops_per_step: Optional[float] = Field(default=None, ge=0)
+    tflops_per_device: Optional[float] = Field(default=None, ge=0)
+    mfu: Optional[float] = Field(default=None, ge=0)
+    hfu: Optional[float] = Field(default=None, ge=0)
 
 
 class RecordError(ValueError):

@@ -36,17 +36,18 @@ from harness.report.schema import RecordError, validate
 REFERENCE_STRATEGY = "dp"
 
 # the device is "cpu", "cuda" or "simulated:<cluster>": simulated rows compare with simulated DP
-GROUP_KEYS = ["model", "data", "world_size", "global_batch", "device"]
-_COLUMNS = ["block", "started_at", "strategy", "layout", "model", "data", "world_size", "global_batch", "micro_batches", "seed", "repeat", "device", "status", "throughput",
+# (and precision: a bf16 run's speedup is over DP in bf16)
+GROUP_KEYS = ["model", "data", "world_size", "global_batch", "device", "precision"]
+_COLUMNS = ["block", "started_at", "strategy", "layout", "model", "data", "world_size", "global_batch", "micro_batches", "seed", "repeat", "device", "precision", "status", "throughput",
             "step_time_s", "speedup", "peak_memory_bytes", "me", "accuracy", "final_loss", "time_to_target_s",
-            "bubble_measured", "bubble_analytic", "hidden_allreduce_s",
+            "bubble_measured", "bubble_analytic", "hidden_allreduce_s", "tflops_per_device", "mfu", "hfu",
             "error", "path", "simulated", "speed_comparable", "workers_on_host", "threads_per_worker", "host_cores",
             "configuration"]
 # column -> True if larger is better (for the bold best value in LaTeX)
 _BEST = {"samples/s": True, "speedup": True, "ME": True, "top-1 %": True, "peak MiB/rank": False,
          "final loss": False, "s to target": False, "bubble %": False}
 # every figure a table of repeated runs gives with its interval
-_FIGURES = [*_BEST, "analytic %", "hidden AR ms"]
+_FIGURES = [*_BEST, "analytic %", "hidden AR ms", "TFLOP/s/dev", "MFU %", "HFU %"]
 
 
 # -- reading ------------------------------------------------------------------
@@ -199,6 +200,7 @@ def presentable(df: pd.DataFrame) -> pd.DataFrame:
         "batch": df["global_batch"],
         "micro": df["micro_batches"],
         "device": df["device"],
+        "precision": df["precision"].fillna(""),
         "seed": df["seed"],
         "status": df["status"],
         "samples/s": df["throughput"].astype(float).round(1),
@@ -211,6 +213,9 @@ def presentable(df: pd.DataFrame) -> pd.DataFrame:
         "bubble %": (df["bubble_measured"].astype(float) * 100).round(1),
         "analytic %": (df["bubble_analytic"].astype(float) * 100).round(1),
         "hidden AR ms": (df["hidden_allreduce_s"].astype(float) * 1e3).round(2),
+        "TFLOP/s/dev": df["tflops_per_device"].astype(float).round(3),
+        "MFU %": (df["mfu"].astype(float) * 100).round(1),
+        "HFU %": (df["hfu"].astype(float) * 100).round(1),
         "note": df.get("note", ""),
         "configuration": df["configuration"],
     })
@@ -235,7 +240,7 @@ def mlperf_times(values: pd.Series) -> pd.Series:
     return values.iloc[1:-1] if len(values) == 5 else values
 
 
-CONFIG_KEYS = ["block", "strategy", "layout", "model", "data", "workers", "batch", "micro", "device"]
+CONFIG_KEYS = ["block", "strategy", "layout", "model", "data", "workers", "batch", "micro", "device", "precision"]
 
 
 def aggregated(table: pd.DataFrame) -> pd.DataFrame:
@@ -269,7 +274,7 @@ def _latex(table: pd.DataFrame) -> str:
     """booktabs table, the best value of each figure column in bold (within each group)."""
     shown = table.drop(columns=["note"]).copy()
     bold = pd.DataFrame(False, index=shown.index, columns=shown.columns)
-    for _, idx in shown.groupby(["model", "data", "workers", "batch", "device"], dropna=False).groups.items():
+    for _, idx in shown.groupby(["model", "data", "workers", "batch", "device", "precision"], dropna=False).groups.items():
         for col, larger in _BEST.items():
             vals = pd.to_numeric(shown.loc[idx, col], errors="coerce")
             if vals.notna().sum() > 1:

@@ -76,7 +76,8 @@ def _run_joined(spec: RunSpec, info: tuple[int, int, int]) -> dict:
             f"world_size={spec.world_size} with strategy={spec.strategy.name} needs {expected} process(es) "
             f"but the launcher started {world_size}; start {expected} task(s) or change world_size"
         )
-    track_cpu_allocations()
+    if spec.device == "cpu":  # CPU memory is measured through the allocator's own accounting
+        track_cpu_allocations()
     torch.set_num_threads(threads_per_process(spec.launch.threads_per_worker, int(os.environ.get("LOCAL_WORLD_SIZE", 1))))
     ctx = comm_mod.init_process_group(rank, world_size, local_rank, spec.device, spec.launch.backend, spec.launch.collective_timeout)
     try:

@@ -21,18 +21,24 @@ from harness.data import BatchOrder, load
 from harness.host import threads_per_process
 from harness.metrics import StepMeter, job_idle_fractions, peak_rss_bytes, step_time_summary, track_cpu_allocations
 from harness.models import build_layers, count_parameters
+from harness.planning.flops import device_peak, layer_flops, utilisation
 from harness.run.progress import StepProgress
+from harness.timing import DeviceTimer
+
 
 def train(spec: RunSpec, ctx: comm_mod.DistContext, progress: bool = True, local_world: int = 1) -> dict | None:
     """Train as ``spec`` says on this rank (one of ``local_world`` workers on its host); returns
     the job's result on rank 0, else None."""
     comm = comm_mod.Comm(ctx)
+    # before anything else runs on this device: what the FLOP figures are judged against
+    peak, peak_source = device_peak(ctx.device, spec.train.precision, torch.get_num_threads())
     dataset = load(spec.data, spec.seed)
     order = BatchOrder(len(dataset.train), spec.train.global_batch, spec.seed)
     layers = build_layers(spec.model, spec.seed)
     n_params = count_parameters(layers)
     strategy = spec.strategy_cls(spec, layers, ctx, comm)
     meter = StepMeter(ctx.device)
+    timer = DeviceTimer(ctx.device)
 
     t, steps = spec.train, spec.steps
     memory_step = steps - 1 if t.measure_memory else None
@@ -59,15 +65,14 @@ def train(spec: RunSpec, ctx: comm_mod.DistContext, progress: bool = True, local
                 loss = strategy.train_step(x, y)
             dt = None
         else:
-            t0 = time.perf_counter()
+            # the device is idle here (the last step was waited for), so the anchor is exact
+            start = timer.anchor()
             loss = strategy.train_step(x, y)
-            if ctx.device.type == "cuda":
-                torch.cuda.synchronize(ctx.device)
-            dt = time.perf_counter() - t0
+            dt = timer.elapsed(start, timer.mark())  # the one wait for the device in a step
             if step >= t.warmup_steps:
                 step_times.append(dt)
                 timed.append(step)
-        loss_shares.append(float(loss))
+        loss_shares.append(float(loss))  # on the device until now: read once per step, after it
         bar.update(dt)
         if t.checkpoint_every and ((step + 1) % t.checkpoint_every == 0 or step + 1 == steps):
             _save_checkpoint(strategy, spec, comm, step + 1)
@@ -96,6 +101,8 @@ def train(spec: RunSpec, ctx: comm_mod.DistContext, progress: bool = True, local
         "idle": meter.idle,
         "profiled_spans": meter.spans,
         "peak_rss_bytes": peak_rss_bytes(),
+        "peak_flops": peak,
+        "recomputed_layers": strategy.recomputed_layers(),
         "layout": strategy.layout(),
         "loss_shares": loss_shares,
         **_time_split(strategy.step_stats, timed),
@@ -110,6 +117,14 @@ def train(spec: RunSpec, ctx: comm_mod.DistContext, progress: bool = True, local
     step_time = timing["step_time_s"]
     peaks = [r["peak_memory_bytes"] for r in gathered]
     replicas = _replicas_per_stage([r["layout"] for r in gathered], strategy.partition)
+    recomputed: dict[int, float] = {}
+    for r in gathered:
+        for layer, share in r["recomputed_layers"].items():
+            recomputed[layer] = recomputed.get(layer, 0.0) + share
+    device_peaks = [r["peak_flops"] for r in gathered if r["peak_flops"]]
+    peak_per_device = sum(device_peaks) / len(device_peaks) if device_peaks else None
+    flops = utilisation(layer_flops(spec.model, t.global_batch, spec.data.image_size), recomputed, step_time,
+                        spec.world_size, peak_per_device)
     return {
         **timing,
         "throughput": t.global_batch / step_time if step_time else None,
@@ -127,6 +142,9 @@ def train(spec: RunSpec, ctx: comm_mod.DistContext, progress: bool = True, local
         "target_accuracy": t.target_accuracy,
         "train_time_s": train_time,
         "parameters": n_params,
+        **flops,
+        "peak_flops_per_device": peak_per_device,
+        "peak_source": peak_source,
         # the cut every stage used, and whether it was given, measured, shared within the sweep or planned
         "boundaries": strategy.partition.boundaries if strategy.partition else None,
         "partition_source": strategy.partition.source if strategy.partition else None,
@@ -251,7 +269,8 @@ def _evaluate(strategy, dataset, spec: RunSpec, ctx) -> dict:
 
 def worker_main(rank: int, spec: RunSpec, world_size: int, local_world: int, result_path: str | None, progress: bool) -> None:
     """Entry point of one spawned (or externally launched) worker process."""
-    track_cpu_allocations()
+    if spec.device == "cpu":  # CPU memory is measured through the allocator's own accounting
+        track_cpu_allocations()
     torch.set_num_threads(threads_per_process(spec.launch.threads_per_worker, local_world))
     ctx = comm_mod.init_process_group(
         rank=rank, world_size=world_size, local_rank=rank % max(local_world, 1),

@@ -3,14 +3,16 @@
 Each action maps to one method (``_RECV_F``, ``_F``, ...). Tensors move only
 through :class:`harness.comm.Comm`, with the pieces and shapes fixed by the
 topology and the per-sample activation shapes computed once at build time.
-Per action the executor records its start and end, so every rank can report
-compute, communication and idle time and a timeline can be drawn.
+Per action the executor marks its start and end on the device timer
+(:mod:`harness.timing`: CUDA events on a GPU, read once when the call ends), so
+every rank can report compute, communication and idle time and a timeline can
+be drawn. Nothing inside a call waits on the host for the device: the loss is
+summed on the device, and on NCCL a wait only orders the streams.
 """
 
 from __future__ import annotations
 
 import contextlib
-import time
 from dataclasses import dataclass, field
 
 import torch
@@ -21,6 +23,7 @@ from torch.utils.checkpoint import checkpoint
 from harness.comm import Comm, Pending
 from harness.runtime import schedule as sch
 from harness.runtime.topology import Topology, owned_range, transfers
+from harness.timing import DeviceTimer
 from harness.training import eval_counts, summed_loss
 
 
@@ -30,6 +33,9 @@ def _weights(module: nn.Module, version: dict[str, torch.Tensor]):
     recomputation in backward sees the same weights as the forward did."""
     return _reparametrize_module(module, version)
 
+
+# where an action's time goes in the split (sends and STEP: their parts are marked inside)
+_KIND = {sch.FWD: "compute_s", sch.BWD: "compute_s", sch.RECV_F: "idle_s", sch.RECV_B: "idle_s"}
 
 _EVAL_TAGS = 1 << 22  # evaluation messages never share a tag with training ones
 
@@ -69,13 +75,14 @@ class GradSync:
     bucket is complete its all-reduce starts at once and runs while backward
     continues. :meth:`wait` is called only before the optimizer step.
 
-    What was hidden is measured, not assumed: each launch's time is kept, and
-    :meth:`backward_done` marks the end of the armed backward; ``overlap()`` then
-    says how many buckets started before it and for how long all-reduces ran under it.
+    What was hidden is measured, not assumed: each launch is marked on the device
+    timer, and :meth:`backward_done` marks the end of the armed backward; ``overlap()``
+    then says how many buckets started before it and for how long all-reduces ran under it.
     """
 
     def __init__(self, params: list[nn.Parameter], comm: Comm, group, bucket_bytes: int):
         self.comm, self.group = comm, group
+        self.timer = DeviceTimer(comm.ctx.device)
         self.buckets: list[list[nn.Parameter]] = []
         current, size = [], 0
         for p in reversed(params):
@@ -89,11 +96,16 @@ class GradSync:
         self._bucket_of = {id(p): b for b, bucket in enumerate(self.buckets) for p in bucket}
         self._ready = [0] * len(self.buckets)
         self._pending: dict[int, tuple[torch.Tensor, Pending]] = {}
-        self._launched_at: list[float] = []
-        self._backward_end: float | None = None
+        self._launched_at: list = []  # device-timer marks
+        self._backward_end = None
         self.armed = False
-        for p in params:
-            p.register_post_accumulate_grad_hook(self._on_grad_ready)
+        self._hooks = [p.register_post_accumulate_grad_hook(self._on_grad_ready) for p in params]
+
+    def close(self) -> None:
+        """Remove the hooks (the parameters outlive this object: Switch Parallelism re-plans them)."""
+        for hook in self._hooks:
+            hook.remove()
+        self._hooks = []
 
     def arm(self) -> None:
         self.armed = True
@@ -101,16 +113,17 @@ class GradSync:
         self._launched_at, self._backward_end = [], None
 
     def backward_done(self) -> None:
-        self._backward_end = time.perf_counter()
+        self._backward_end = self.timer.mark()
 
     def overlap(self) -> dict:
         """Of this iteration's buckets, those whose all-reduce started before the armed backward
         ended, and the time from the first such start to that end (the all-reduce hidden under
-        backward); call after :meth:`wait`."""
+        backward). Call once the step is over: on CUDA it waits for the marks."""
         end = self._backward_end
-        early = sorted(t for t in self._launched_at if end is not None and t < end)
+        ahead = [] if end is None else [self.timer.elapsed(t, end) for t in self._launched_at]
+        early = [a for a in ahead if a > 0]
         return {"buckets": len(self.buckets), "buckets_in_backward": len(early),
-                "hidden_allreduce_s": end - early[0] if early else 0.0}
+                "hidden_allreduce_s": max(early) if early else 0.0}
 
     def _on_grad_ready(self, p: torch.Tensor) -> None:
         if not self.armed:
@@ -122,7 +135,7 @@ class GradSync:
 
     def _launch(self, b: int) -> None:
         flat = torch.cat([p.grad.reshape(-1) for p in self.buckets[b]])
-        self._launched_at.append(time.perf_counter())
+        self._launched_at.append(self.timer.mark())
         self._pending[b] = (flat, self.comm.all_reduce_async(flat, self.group))
 
     def reduce_all(self) -> None:
@@ -151,7 +164,7 @@ class GradSync:
 class StageRun:
     """What one iteration on this rank produced, plus where its time went."""
 
-    loss: float = 0.0  # this rank's share of the global mean loss
+    loss: float | torch.Tensor = 0.0  # this rank's share of the global mean loss (on the device while training)
     correct: int = 0
     count: int = 0
     loss_sum: float = 0.0  # unscaled cross-entropy sum (evaluation)
@@ -190,14 +203,18 @@ class StagePlan:
 class StageExecutor:
     def __init__(self, plan: StagePlan, module: StageModule, comm: Comm, optimizer: torch.optim.Optimizer,
                  grad_sync: GradSync | None, dtype: torch.dtype = torch.float32, stash_weights: bool = False):
+        """``dtype``: the activations' and gradients' type between stages (bf16 in a bf16 run)."""
         self.plan, self.module, self.comm = plan, module, comm
         self.optimizer, self.grad_sync, self.dtype = optimizer, grad_sync, dtype
         self.device = comm.ctx.device
+        self.timer = DeviceTimer(self.device)
         # weight stashing (asynchronous schedules): a forward runs on a copy of the
         # weights it saw, kept until its backward, while STEPs update the master weights
         self.stash_weights = stash_weights
         self._tag_base = 0
         self._settle = False
+        self._spans: list[tuple] = []
+        self._reduced = False  # a STEP reduced gradients in this call
         self._stash: dict[int, dict[str, torch.Tensor]] = {}
         self._reset_state()
 
@@ -229,26 +246,38 @@ class StageExecutor:
         if flush:
             self._reset_state()
         self._run = StageRun()
+        # (label or None, where the span's time goes or None, start mark, end mark)
+        self._spans: list[tuple] = []
+        self.timer.anchor()
         with torch.set_grad_enabled(training):
             for action in actions:
-                t0 = time.perf_counter()
+                t0 = self.timer.mark()
                 getattr(self, "_" + action.op)(action)
-                t1 = time.perf_counter()
-                # CLOCK_MONOTONIC is shared by all processes of a machine: ranks' events line up
-                self._run.events.append((str(action), t0, t1))
-                if action.op in (sch.FWD, sch.BWD):
-                    self._run.compute_s += t1 - t0
-                elif action.op in (sch.RECV_F, sch.RECV_B):
-                    self._run.idle_s += t1 - t0
-        t0 = time.perf_counter()
+                kind = _KIND.get(action.op)
+                self._spans.append((str(action), kind, t0, self.timer.mark()))
+        t0 = self.timer.mark()
         if flush or self._settle:
             self._wait_sends()
         else:
             self._sends = [p for p in self._sends if not p.done()]
-        self._run.comm_s += time.perf_counter() - t0
+        self._spans.append((None, "comm_s", t0, self.timer.mark()))
         if flush:  # a synchronous step holds no reference to its batch once it is done
             self._x = self._y = None
+        self._read_spans()
         return self._run
+
+    def _read_spans(self) -> None:
+        """The call's marks in seconds (one wait on CUDA, at the end): its events and time split."""
+        seconds = iter(self.timer.seconds([m for *_, t0, t1 in self._spans for m in (t0, t1)]))
+        for label, kind, _, _ in self._spans:
+            t0, t1 = next(seconds), next(seconds)
+            if label is not None:  # CLOCK_MONOTONIC is shared by all processes of a machine: ranks line up
+                self._run.events.append((label, t0, t1))
+            if kind is not None:
+                setattr(self._run, kind, getattr(self._run, kind) + t1 - t0)
+        if self.grad_sync is not None and self._reduced:
+            self._run.allreduce = self.grad_sync.overlap()
+        self._spans, self._reduced = [], False
 
     def drain_sends(self) -> None:
         self._wait_sends()
@@ -346,7 +375,7 @@ class StageExecutor:
         if self._training:
             loss = summed_loss(out, target, self._batch)
             self._losses[a.micro] = loss
-            self._run.loss += float(loss.detach())
+            self._run.loss = self._run.loss + loss.detach()  # read once, after the step
         else:
             correct, count, loss_sum = eval_counts(out, target)
             self._run.correct += int(correct)
@@ -357,7 +386,7 @@ class StageExecutor:
 
     def _SEND_F(self, a: sch.Action) -> None:
         out = self._outputs[a.micro]
-        self._send(out.detach(), a.micro, self._pieces(a.micro, towards_next=True), "dst", tag=_tag(a.micro, grad=False, base=self._tag_base))
+        self._send(out.detach().to(self.dtype), a.micro, self._pieces(a.micro, towards_next=True), "dst", tag=_tag(a.micro, grad=False, base=self._tag_base))
         if not self._training:
             self._outputs.pop(a.micro)
             self._inputs.pop(a.micro, None)
@@ -376,7 +405,8 @@ class StageExecutor:
             if self.plan.is_last:
                 self._losses.pop(a.micro).backward()
             else:
-                torch.autograd.backward(self._outputs.pop(a.micro), self._grads.pop(a.micro))
+                out = self._outputs.pop(a.micro)
+                torch.autograd.backward(out, self._grads.pop(a.micro).to(out.dtype))
         if a.reduce and self.grad_sync is not None:
             self.grad_sync.backward_done()
         if version is not None:  # gradients computed on the stashed weights update the master weights
@@ -389,13 +419,13 @@ class StageExecutor:
 
     def _STEP(self, a: sch.Action) -> None:
         if self.grad_sync is not None:
-            t0 = time.perf_counter()
+            t0 = self.timer.mark()
             if self.stash_weights:  # gradients live on stashed copies: reduce now, not during backward
                 self.grad_sync.reduce_all()
             self.grad_sync.wait()
-            self._run.comm_s += time.perf_counter() - t0
-            self._run.allreduce = self.grad_sync.overlap()
-        t0 = time.perf_counter()
+            self._spans.append((None, "comm_s", t0, self.timer.mark()))
+            self._reduced = True
+        t0 = self.timer.mark()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        self._run.compute_s += time.perf_counter() - t0
+        self._spans.append((None, "compute_s", t0, self.timer.mark()))

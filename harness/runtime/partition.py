@@ -8,10 +8,10 @@ the config is validation's job (:mod:`harness.strategies.layout`).
 
 from __future__ import annotations
 
-import time
-
 import torch
 from torch import nn
+
+from harness.timing import DeviceTimer
 
 
 def balanced_boundaries(costs: list[float], num_stages: int) -> list[int]:
@@ -47,18 +47,17 @@ def stage_ranges(boundaries: list[int], num_layers: int) -> list[tuple[int, int]
 
 def measure_layer_costs(layers: list[nn.Module], sample: torch.Tensor, repeats: int = 3) -> list[float]:
     """Forward+backward seconds of each layer on ``sample``'s device (median of ``repeats``)."""
+    timer = DeviceTimer(sample.device)
     costs = []
     x = sample
     for layer in layers:
         times = []
         for _ in range(repeats + 1):  # the first run warms up
             inp = x.detach().requires_grad_(x.is_floating_point())
-            t0 = time.perf_counter()
+            t0 = timer.mark()
             out = layer(inp)
             out.float().sum().backward()
-            if out.device.type == "cuda":
-                torch.cuda.synchronize(out.device)
-            times.append(time.perf_counter() - t0)
+            times.append(timer.elapsed(t0, timer.mark()))
         layer.zero_grad(set_to_none=True)
         costs.append(sorted(times[1:])[len(times[1:]) // 2])
         x = out.detach()

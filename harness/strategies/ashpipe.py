@@ -46,8 +46,8 @@ from harness.runtime import schedule as sch
 from harness.runtime.executor import GradSync, StageExecutor
 from harness.runtime.stage import build_stage
 from harness.strategies.base import Strategy, StrategyConfig, summed_eval
-from harness.strategies.layout import Partition, check_layout, pipeline_layout, simulated_pipeline
-from harness.training import eval_counts, make_optimizer, replica_slice, summed_loss
+from harness.strategies.layout import Partition, check_layout, pipeline_layout, simulated_pipeline, visiting
+from harness.training import PRECISIONS, eval_counts, make_optimizer, replica_slice, summed_loss, with_precision
 
 
 @dataclass
@@ -173,7 +173,7 @@ class AshPipeStrategy(Strategy):
         spec = self.spec
         layout, self.partition = pipeline_layout(spec, self.layers, self.ctx, self.comm, replicas, partition,
                                                  recompute, bucket_mb=spec.strategy.bucket_mb)
-        self.build = build_stage(layout, self.layers, self.ctx, self.comm)
+        self.build = build_stage(layout, with_precision(self.layers, spec.train.precision), self.ctx, self.comm)
         self.plan = self.build.plan
         self.params = list(self.build.module.parameters())
         group = self.build.replica_group
@@ -190,13 +190,22 @@ class AshPipeStrategy(Strategy):
         if group is not None:
             grad_sync = GradSync(self.params, self.comm, group, layout.bucket_bytes)
         self.executor = StageExecutor(self.plan, self.build.module, self.comm, self.optimizer, grad_sync,
-                                      stash_weights=self.plan.stage < self.plan.topo.num_stages - 1)
+                                      dtype=PRECISIONS[spec.train.precision], stash_weights=self.plan.stage < self.plan.topo.num_stages - 1)
         self.eval_actions = sch.forward_only(self.plan.topo.num_stages, 1)[self.plan.stage]
 
     def _switch(self) -> None:
         dp_optimizer = self._dp.optimizer
+        self._dp.close()
         self._dp = None
         self._build_hybrid(optimizer_state=dp_optimizer)
+        del dp_optimizer  # its state of the layers this rank no longer trains goes with it
+        # the data-parallel phase put every layer on this device: keep only this stage's there
+        owned = set(self.owned_layers())
+        for i, layer in enumerate(self.layers):
+            if i not in owned:
+                layer.to("cpu")
+        if self.ctx.device.type == "cuda":
+            torch.cuda.empty_cache()
         self._save_switch_checkpoint()
 
     # -- checkpoints ------------------------------------------------------------
@@ -285,6 +294,11 @@ class AshPipeStrategy(Strategy):
     def extra_metrics(self):
         return {"plan": self.plan_report} if self.plan_report and self.ctx.rank == 0 else {}
 
+    def recomputed_layers(self):
+        if self.executor is None:
+            return {}
+        return {i: 1 / self.plan.topo.replicas[self.plan.stage] for i in self.build.recompute}
+
     def owned_layers(self):
         return range(len(self.layers)) if self._dp is not None else range(*self.build.layer_range)
 
@@ -318,7 +332,7 @@ class _PlainDataParallel:
     def __init__(self, spec, layers, ctx, comm):
         self.spec, self.ctx, self.comm = spec, ctx, comm
         self.layers = layers
-        self.model = nn.Sequential(*layers).to(ctx.device)
+        self.model = nn.Sequential(*with_precision(layers, spec.train.precision)).to(ctx.device)
         self.params = list(self.model.parameters())
         self.optimizer = make_optimizer(self.params, spec.train)
         self.grad_sync = None
@@ -336,7 +350,7 @@ class _PlainDataParallel:
             self.grad_sync.wait()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return float(loss.detach())
+        return loss.detach()
 
     @torch.no_grad()
     def evaluate(self, x, y):
@@ -346,6 +360,10 @@ class _PlainDataParallel:
 
     def memory_parts(self):
         return {"parameters": self.params, "optimizer_state": optimizer_state_tensors(self.optimizer)}
+
+    def close(self) -> None:
+        if self.grad_sync is not None:
+            self.grad_sync.close()
 
 
 # -- planning inside a job, and for python -m harness.plan ----------------------------
@@ -379,9 +397,9 @@ def plan_in_job(spec, layers, ctx, comm):
     network = assumed_network(spec) or measure_network(comm)
     result = None
     if ctx.rank == 0:
-        moved = [layer.to(ctx.device) for layer in layers]
-        profile = Profile(profile_layers(moved, profile_sample(spec, ctx.device, ctx.world_size)), network,
-                          str(ctx.device), spec.train.global_batch)
+        with visiting(layers, ctx.device):
+            profile = Profile(profile_layers(layers, profile_sample(spec, ctx.device, ctx.world_size)), network,
+                              str(ctx.device), spec.train.global_batch)
         try:
             chosen = plan(profile, ctx.world_size, spec.train.global_batch, memory_limit_bytes(spec, ctx.device))
             dp = data_parallel_cost(profile, ctx.world_size, spec.train.global_batch)

@@ -107,6 +107,11 @@ class Strategy(ABC):
         return spec.world_size
 
     @classmethod
+    def gpus(cls, spec) -> int:
+        """GPUs a run needs on one host when the harness starts all its workers (one per worker)."""
+        return spec.world_size
+
+    @classmethod
     def samples_per_forward(cls, spec) -> int:
         """Samples one worker puts through a forward at a time (a profile is measured at this size)."""
         return max(1, spec.train.global_batch // spec.world_size)
@@ -168,6 +173,11 @@ class Strategy(ABC):
 
     def layout(self) -> dict:
         """What this rank runs (stage, replica, layers), for the record."""
+        return {}
+
+    def recomputed_layers(self) -> dict[int, float]:
+        """Layers whose forward this rank runs again in backward (activation checkpointing), each
+        with the share of the global batch it recomputes (for the hardware FLOPs, HFU)."""
         return {}
 
     def owned_layers(self) -> range:

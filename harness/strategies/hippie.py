@@ -26,7 +26,7 @@ from harness.runtime.executor import GradSync, StageExecutor
 from harness.runtime.stage import build_stage
 from harness.strategies.base import PipelineKeys, Strategy, summed_eval
 from harness.strategies.layout import check_layout, pipeline_layout, simulated_pipeline, uniform_replicas
-from harness.training import make_optimizer
+from harness.training import PRECISIONS, make_optimizer, with_precision
 
 
 @dataclass
@@ -46,14 +46,15 @@ class HippieStrategy(Strategy):
         super().__init__(spec, layers, ctx, comm)
         layout, self.partition = pipeline_layout(spec, layers, ctx, comm, uniform_replicas(spec),
                                                  bucket_mb=spec.strategy.bucket_mb)
-        self.build = build_stage(layout, layers, ctx, comm)
+        self.build = build_stage(layout, with_precision(layers, spec.train.precision), ctx, comm)
         self.plan = self.build.plan
         self.params = list(self.build.module.parameters())
         self.optimizer = make_optimizer(self.params, spec.train)
         grad_sync = None
         if self.build.replica_group is not None:
             grad_sync = GradSync(self.params, comm, self.build.replica_group, layout.bucket_bytes)
-        self.executor = StageExecutor(self.plan, self.build.module, comm, self.optimizer, grad_sync)
+        self.executor = StageExecutor(self.plan, self.build.module, comm, self.optimizer, grad_sync,
+                                      dtype=PRECISIONS[spec.train.precision])
         S, m = self.plan.topo.num_stages, layout.micro_batches
         self.train_actions = sch.SCHEDULES[spec.strategy.schedule](S, m)[self.plan.stage]
         self.eval_actions = sch.forward_only(S, m)[self.plan.stage]
@@ -101,6 +102,9 @@ class HippieStrategy(Strategy):
         return {"stage": self.plan.stage, "replica": self.plan.replica, "layers": list(self.build.layer_range),
                 "boundaries": self.partition.boundaries, "recompute": sorted(self.build.recompute),
                 "replicas": list(self.plan.topo.replicas)}
+
+    def recomputed_layers(self):
+        return {i: 1 / self.plan.topo.replicas[self.plan.stage] for i in self.build.recompute}
 
     def owned_layers(self):
         return range(*self.build.layer_range)

@@ -10,6 +10,7 @@ baselines use the same rules, so they compare on the same partition.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -178,8 +179,24 @@ def _measured_boundaries(spec, layers: list[nn.Module], device: torch.device, re
     """Balance forward+backward time measured on this device at the micro-batch size."""
     size = spec.data.image_size
     sample = torch.randn(_micro_batch(spec, replicas), 3, size, size, device=device)
-    moved = [layer.to(device) for layer in layers]
-    return balanced_boundaries(measure_layer_costs(moved, sample), len(replicas))
+    with visiting(layers, device):
+        return balanced_boundaries(measure_layer_costs(layers, sample), len(replicas))
+
+
+@contextlib.contextmanager
+def visiting(layers: list[nn.Module], device: torch.device):
+    """``layers`` on ``device`` for a measurement, then back where they were, the device's cache
+    emptied: a rank that measures or plans keeps no copy of layers it does not train."""
+    homes = [next(layer.parameters()).device for layer in layers]
+    for layer in layers:
+        layer.to(device)
+    try:
+        yield layers
+    finally:
+        for layer, home in zip(layers, homes):
+            layer.to(home)
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
 
 
 def boundary_shapes(spec, ranges: list[tuple[int, int]]) -> tuple[tuple[int, ...], ...]:

@@ -85,6 +85,25 @@ def test_a_sweep_over_strategies_shares_pipeline_keys_and_records_what_was_ignor
     assert json.load(open(shared))["boundaries"] == recs["hippie"]["boundaries"]
 
 
+def test_every_strategy_trains_in_bf16_on_cpu_with_flops_and_mfu_in_its_record(workdir):
+    sweep = os.path.join(workdir, "sweep")
+    strategies = ["dp", "hippie", "ashpipe", "pipelining", "deepspeed", "gpipe"]
+    proc = run_cli(["-m", f"strategy={','.join(strategies)}", "world_size=2", *TINY, "train.micro_batches=2",
+                    "train.precision=bf16", f"hydra.sweep.dir={sweep}"], cwd=workdir, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    recs = {r["strategy"]: r for r in (_record(os.path.dirname(p)) for p in glob.glob(f"{sweep}/*/metrics.json"))}
+    assert sorted(recs) == sorted(strategies)
+    for name, rec in recs.items():
+        assert rec["status"] == "ok" and rec["precision"] == "bf16", (name, rec.get("error"))
+        assert rec["flops_per_step"] > 0 and 0 < rec["mfu"] <= rec["hfu"] < 1, name
+        assert "measured bf16 matmul" in rec["peak_source"]
+    # the same model and batch: the same model FLOPs whatever the strategy; recomputation adds to HFU only
+    assert len({rec["flops_per_step"] for rec in recs.values()}) == 1
+    assert recs["hippie"]["hardware_flops_per_step"] > recs["hippie"]["flops_per_step"]  # recompute=auto
+    assert recs["dp"]["hardware_flops_per_step"] == recs["dp"]["flops_per_step"]
+    assert "| bf16" in proc.stdout and "MFU %" in proc.stdout
+
+
 def test_results_command_without_records_says_so(workdir):
     proc = run_cli([workdir], cwd=workdir, module="harness.results")
     assert proc.returncode == 2 and "no readable metrics.json" in proc.stderr
@@ -102,6 +121,8 @@ def test_results_command_without_records_says_so(workdir):
     (["strategy=gpipe", "world_size=2", "strategy.stages=3"], "must equal world_size"),
     (["train.resume=/nonexistent/run"], "holds no checkpoint"),
     (["launch.fault=maybe"], "launch.fault"),
+    (["train.precision=fp16"], "train.precision=fp16 is not one of fp32, bf16"),
+    (["strategy=gpipe", "world_size=2", "strategy.devices=3"], "strategy.devices=3 must be between 1 and the 2"),
     (["strategy=hippie", "world_size=2", "strategy.switch_step=3"], "does not apply to strategy=hippie"),
     (["strategy=dp", "strategy.partition_method=uniform"], "does not apply to strategy=dp"),
 ])

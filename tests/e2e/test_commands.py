@@ -55,3 +55,11 @@ def test_the_plan_command_refuses_a_strategy_without_a_planner_in_one_line(tmp_p
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: python -m harness.plan plans AshPipe"), lines
+
+
+def test_gpucheck_without_a_gpu_says_so_in_one_line_and_exits_0(tmp_path):
+    proc = run_cli(["--out", str(tmp_path / "out")], cwd=str(tmp_path), module="harness.gpucheck", timeout=60,
+                   env={"CUDA_VISIBLE_DEVICES": ""})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.splitlines() == ["gpucheck: no CUDA device visible, nothing to check (run it on a GPU node)"]
+    assert not (tmp_path / "out").exists()

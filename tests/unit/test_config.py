@@ -34,8 +34,16 @@ def test_more_workers_than_gpus_is_refused(monkeypatch):
     # this machine has no GPU: only the count torch reports is replaced, the check itself is real
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     monkeypatch.delenv("WORLD_SIZE", raising=False)
-    with pytest.raises(ConfigError, match="world_size=4 needs one GPU per worker but 2 are visible"):
+    with pytest.raises(ConfigError, match=r"world_size=4 needs 4 GPU\(s\) on this host \(one per worker\) but 2 are"):
         make_spec("launch.device=cuda", "world_size=4")
+
+
+def test_torchgpipe_can_put_its_partitions_on_one_gpu(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    with pytest.raises(ConfigError, match="world_size=2 needs 2 GPU"):
+        make_spec("launch.device=cuda", "world_size=2", "strategy=gpipe")
+    assert make_spec("launch.device=cuda", "world_size=2", "strategy=gpipe", "strategy.devices=1").strategy.devices == 1
 
 
 def _names(group: str) -> list[str]:
