@@ -236,8 +236,11 @@ def busy_blocks(ops: list[tuple[int, int, str]], first: int | None, last: int | 
     ops = sorted(ops)
     blocks: list[list] = []
     busy, covered_to = 0, first
+    by_kind: dict[str, int] = {}
     for start, end, kind in ops:
-        busy += max(0, end - max(start, covered_to))  # the union: overlapping spans count once
+        added = max(0, end - max(start, covered_to))  # the union: overlapping spans count once
+        busy += added
+        by_kind[kind] = by_kind.get(kind, 0) + added
         covered_to = max(covered_to, end)
         if blocks and blocks[-1][0] == kind and start - blocks[-1][2] < _MERGE_GAP_NS:
             blocks[-1][2] = max(blocks[-1][2], end)
@@ -246,7 +249,7 @@ def busy_blocks(ops: list[tuple[int, int, str]], first: int | None, last: int | 
     span = last - first
     return ([(kind, start / 1e9, end / 1e9) for kind, start, end in blocks],
             {"idle_fraction": 1 - busy / span, "compute_s": busy / 1e9, "step_s": span / 1e9,
-             "start_s": first / 1e9, "end_s": last / 1e9})
+             "start_s": first / 1e9, "end_s": last / 1e9, "busy_s": {k: v / 1e9 for k, v in by_kind.items()}})
 
 
 def job_idle_fractions(idles: list[dict]) -> list[float]:

@@ -232,6 +232,20 @@ def predict(profile: Profile, cluster: Cluster, layout: SimLayout, world_size: i
                       iteration, bubble, comm, memory, timeline)
 
 
+def replayed_bubble(schedules: list[list[sch.Action]], forward_s: list[float], backward_s: list[float],
+                    step_s: list[float]) -> float:
+    """The idle fraction of ``schedules`` replayed with these per-stage costs (one forward and one
+    backward per micro-batch, one optimizer step), transfers free: the bubble the schedule itself
+    leaves a run whose stages take these times. A run's measured idle above it is what the replay
+    leaves out (transfers, waiting on peers, per-action overhead). The optimizer step counts as
+    work, as it does in the measured figure."""
+    costs = {sch.FWD: forward_s, sch.BWD: backward_s, sch.STEP: step_s}
+    timeline = sch.simulate(schedules, lambda s, a: costs[a.op][s] if a.op in costs else 0.0)
+    stages = len(schedules)
+    busy = sum(e.end - e.start for s in range(stages) for e in timeline.stage_events(s) if e.action.op in costs)
+    return 1 - busy / (stages * timeline.makespan)
+
+
 def scaled_profile(profile: Profile, cluster: Cluster, network: Network) -> Profile:
     """The profile as the cluster's devices would measure it (compute divided by ``compute_scale``),
     with the cluster's network: what a planner for that cluster should see."""

@@ -40,14 +40,14 @@ REFERENCE_STRATEGY = "dp"
 GROUP_KEYS = ["model", "data", "world_size", "global_batch", "device", "precision"]
 _COLUMNS = ["block", "started_at", "strategy", "layout", "model", "data", "world_size", "global_batch", "micro_batches", "seed", "repeat", "device", "precision", "status", "throughput",
             "step_time_s", "speedup", "peak_memory_bytes", "me", "accuracy", "final_loss", "time_to_target_s",
-            "bubble_measured", "bubble_analytic", "hidden_allreduce_s", "tflops_per_device", "mfu", "hfu",
+            "bubble_measured", "bubble_analytic", "bubble_replayed", "hidden_allreduce_s", "tflops_per_device", "mfu", "hfu",
             "error", "path", "simulated", "speed_comparable", "workers_on_host", "threads_per_worker", "host_cores",
             "configuration"]
 # column -> True if larger is better (for the bold best value in LaTeX)
 _BEST = {"samples/s": True, "speedup": True, "ME": True, "top-1 %": True, "peak MiB/rank": False,
          "final loss": False, "s to target": False, "bubble %": False}
 # every figure a table of repeated runs gives with its interval
-_FIGURES = [*_BEST, "analytic %", "hidden AR ms", "TFLOP/s/dev", "MFU %", "HFU %"]
+_FIGURES = [*_BEST, "analytic %", "replayed %", "hidden AR ms", "TFLOP/s/dev", "MFU %", "HFU %"]
 
 
 # -- reading ------------------------------------------------------------------
@@ -212,6 +212,7 @@ def presentable(df: pd.DataFrame) -> pd.DataFrame:
         "s to target": df["time_to_target_s"].astype(float).round(1),
         "bubble %": (df["bubble_measured"].astype(float) * 100).round(1),
         "analytic %": (df["bubble_analytic"].astype(float) * 100).round(1),
+        "replayed %": (df["bubble_replayed"].astype(float) * 100).round(1),
         "hidden AR ms": (df["hidden_allreduce_s"].astype(float) * 1e3).round(2),
         "TFLOP/s/dev": df["tflops_per_device"].astype(float).round(3),
         "MFU %": (df["mfu"].astype(float) * 100).round(1),

@@ -22,6 +22,7 @@ from harness.host import threads_per_process
 from harness.metrics import StepMeter, job_idle_fractions, peak_rss_bytes, step_time_summary, track_cpu_allocations
 from harness.models import build_layers, count_parameters
 from harness.planning.flops import device_peak, layer_flops, utilisation
+from harness.planning.simulator import replayed_bubble
 from harness.run.progress import StepProgress
 from harness.timing import DeviceTimer
 
@@ -117,14 +118,6 @@ def train(spec: RunSpec, ctx: comm_mod.DistContext, progress: bool = True, local
     step_time = timing["step_time_s"]
     peaks = [r["peak_memory_bytes"] for r in gathered]
     replicas = _replicas_per_stage([r["layout"] for r in gathered], strategy.partition)
-    recomputed: dict[int, float] = {}
-    for r in gathered:
-        for layer, share in r["recomputed_layers"].items():
-            recomputed[layer] = recomputed.get(layer, 0.0) + share
-    device_peaks = [r["peak_flops"] for r in gathered if r["peak_flops"]]
-    peak_per_device = sum(device_peaks) / len(device_peaks) if device_peaks else None
-    flops = utilisation(layer_flops(spec.model, t.global_batch, spec.data.image_size), recomputed, step_time,
-                        spec.world_size, peak_per_device)
     return {
         **timing,
         "throughput": t.global_batch / step_time if step_time else None,
@@ -142,8 +135,7 @@ def train(spec: RunSpec, ctx: comm_mod.DistContext, progress: bool = True, local
         "target_accuracy": t.target_accuracy,
         "train_time_s": train_time,
         "parameters": n_params,
-        **flops,
-        "peak_flops_per_device": peak_per_device,
+        **_flop_figures(spec, gathered, step_time),
         "peak_source": peak_source,
         # the cut every stage used, and whether it was given, measured, shared within the sweep or planned
         "boundaries": strategy.partition.boundaries if strategy.partition else None,
@@ -153,6 +145,19 @@ def train(spec: RunSpec, ctx: comm_mod.DistContext, progress: bool = True, local
         **_host_use(ctx.device.type, local_world),
         "per_rank": gathered,
     }
+
+
+def _flop_figures(spec: RunSpec, gathered: list[dict], step_time: float | None) -> dict:
+    """Model and hardware FLOPs per step, TFLOP/s per device, MFU and HFU (harness.planning.flops):
+    every rank's recomputed layers summed, the devices' peaks averaged."""
+    recomputed: dict[int, float] = {}
+    for r in gathered:
+        for layer, share in r["recomputed_layers"].items():
+            recomputed[layer] = recomputed.get(layer, 0.0) + share
+    peaks = [r["peak_flops"] for r in gathered if r["peak_flops"]]
+    peak = sum(peaks) / len(peaks) if peaks else None
+    flops = layer_flops(spec.model, spec.train.global_batch, spec.data.image_size)
+    return {**utilisation(flops, recomputed, step_time, spec.world_size, peak), "peak_flops_per_device": peak}
 
 
 def _replicas_per_stage(layouts: list[dict], partition) -> list[int]:
@@ -176,10 +181,26 @@ def _bubbles(gathered: list[dict], replicas: list[int], strategy, micro_batches:
     same_host = len({r["host"] for r in gathered}) == 1
     fractions = job_idle_fractions(idles) if same_host else [i["idle_fraction"] for i in idles]
     measured = len(idles) == len(gathered) >= len(replicas)
+    schedule = strategy.replayed_schedule(strategy.spec, len(replicas)) if measured else None
     return {"bubble_measured": sum(fractions) / len(fractions) if measured else None,
             "bubble_per_rank": fractions if measured else None,
             "bubble_analytic": strategy.analytic_bubble(len(replicas), micro_batches),
+            "bubble_replayed": _replayed(schedule, gathered, micro_batches) if schedule else None,
             "hidden_allreduce_s": sum(hidden) / len(hidden) if hidden else None}
+
+
+def _replayed(schedule, gathered: list[dict], micro_batches: int) -> float:
+    """The schedule replayed by the simulator with the forward, backward and optimizer time each
+    stage spent in the profiled step (mean over its replicas)."""
+    def per_stage(kind: str, per: int) -> list[float]:
+        out = []
+        for s in range(len(schedule)):
+            busy = [r["idle"]["busy_s"].get(kind, 0.0) for r in gathered if r["layout"]["stage"] == s]
+            out.append(sum(busy) / len(busy) / per)
+        return out
+
+    return replayed_bubble(schedule, per_stage("F", micro_batches), per_stage("B", micro_batches),
+                           per_stage("STEP", 1))
 
 
 def _host_use(device: str, local_world: int) -> dict:

@@ -40,6 +40,7 @@ from harness.comm import Comm, DistContext
 from harness.errors import ConfigError
 from harness.planning.planner import Profile
 from harness.planning.simulator import Cluster, SimLayout
+from harness.runtime import schedule as sch
 
 
 @dataclass
@@ -126,6 +127,16 @@ class Strategy(ABC):
         """The idle fraction a balanced pipeline of this kind has on paper: (p - 1) / (m + p - 1)
         for a synchronous pipeline that flushes every step (0 without stages to wait for)."""
         return (stages - 1) / (micro_batches + stages - 1)
+
+    @classmethod
+    def replayed_schedule(cls, spec, stages: int) -> list[list[sch.Action]] | None:
+        """The action lists a run of this strategy follows, to replay its measured per-stage costs
+        (``bubble_replayed``): a pipeline's ``strategy.schedule`` over ``train.micro_batches``; None
+        where there is no synchronous pipeline schedule to replay."""
+        schedule = getattr(spec.strategy, "schedule", None)
+        if stages < 2 or schedule not in sch.SCHEDULES:
+            return None
+        return sch.SCHEDULES[schedule](stages, spec.train.micro_batches)
 
     @classmethod
     def simulated(cls, spec, profile: Profile, cluster: Cluster) -> SimLayout:

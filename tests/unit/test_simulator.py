@@ -116,3 +116,14 @@ def test_a_profile_of_another_depth_is_refused_in_one_line():
     spec = make_spec("strategy=hippie", "world_size=2")
     with pytest.raises(ConfigError, match="the profile has 4 layers but vit_micro as configured has 6"):
         spec.strategy_cls.simulated(spec, _uniform_profile(n_layers=4), _free_network_cluster())
+
+
+def test_a_replay_of_balanced_measured_costs_gives_the_analytic_bubble_and_imbalance_adds_to_it():
+    from harness.planning.simulator import replayed_bubble
+    from harness.runtime import schedule as sch
+
+    for m in (1, 4, 8):
+        balanced = replayed_bubble(sch.one_f_one_b(2, m), [1.0, 1.0], [2.0, 2.0], [0.0, 0.0])
+        assert balanced == pytest.approx(1 / (m + 1))  # (p - 1) / (m + p - 1)
+    assert replayed_bubble(sch.one_f_one_b(2, 4), [1.0, 2.0], [2.0, 4.0], [0.0, 0.0]) > 0.2
+    assert replayed_bubble(sch.gpipe(2, 4), [1.0, 1.0], [2.0, 2.0], [0.0, 0.0]) == pytest.approx(0.2)
