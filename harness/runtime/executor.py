@@ -13,6 +13,7 @@ summed on the device, and on NCCL a wait only orders the streams.
 from __future__ import annotations
 
 import contextlib
+import functools
 from dataclasses import dataclass, field
 
 import torch
@@ -125,6 +126,18 @@ class GradSync:
         return {"buckets": len(self.buckets), "buckets_in_backward": len(early),
                 "hidden_allreduce_s": max(early) if early else 0.0}
 
+    def follow(self, masters: list[nn.Parameter], copies: list[torch.Tensor]) -> None:
+        """Count ``copies`` (a stashed weight version) for their ``masters``: with weight
+        stashing the backward accumulates into the copies, so the masters' own hooks never
+        fire; the copy's gradient becomes the master's and its bucket fills as usual."""
+        for p, t in zip(masters, copies):
+            t.register_post_accumulate_grad_hook(functools.partial(self._on_copy_ready, p))
+
+    def _on_copy_ready(self, p: nn.Parameter, copy: torch.Tensor) -> None:
+        if self.armed:
+            p.grad = copy.grad  # what the optimizer steps with (the executor sets it again after backward)
+            self._on_grad_ready(p)
+
     def _on_grad_ready(self, p: torch.Tensor) -> None:
         if not self.armed:
             return
@@ -137,12 +150,6 @@ class GradSync:
         flat = torch.cat([p.grad.reshape(-1) for p in self.buckets[b]])
         self._launched_at.append(self.timer.mark())
         self._pending[b] = (flat, self.comm.all_reduce_async(flat, self.group))
-
-    def reduce_all(self) -> None:
-        """Start every bucket's all-reduce now (gradients are already final)."""
-        for b in range(len(self.buckets)):
-            if b not in self._pending:
-                self._launch(b)
 
     def wait(self) -> None:
         """Finish every bucket's all-reduce and write the sums back into ``.grad``."""
@@ -361,8 +368,11 @@ class StageExecutor:
         else:
             inp = self._inputs[a.micro]
         if self.stash_weights and self._training:
-            version = {n: p.detach().clone().requires_grad_(True) for n, p in self.module.named_parameters()}
+            masters = dict(self.module.named_parameters())
+            version = {n: p.detach().clone().requires_grad_(True) for n, p in masters.items()}
             self._stash[a.micro] = version
+            if self.grad_sync is not None:  # the replica all-reduce starts under this version's backward
+                self.grad_sync.follow(list(masters.values()), list(version.values()))
             with _weights(self.module, version):
                 out = self.module(inp)
         else:
@@ -420,8 +430,6 @@ class StageExecutor:
     def _STEP(self, a: sch.Action) -> None:
         if self.grad_sync is not None:
             t0 = self.timer.mark()
-            if self.stash_weights:  # gradients live on stashed copies: reduce now, not during backward
-                self.grad_sync.reduce_all()
             self.grad_sync.wait()
             self._spans.append((None, "comm_s", t0, self.timer.mark()))
             self._reduced = True

@@ -34,3 +34,18 @@ def test_hippie_starts_bucket_all_reduces_before_its_last_backward_ends(tmp_path
             assert step["buckets"] >= 3, step  # small buckets: several per stage
             assert step["buckets_in_backward"] >= step["buckets"] - 1, (rank, step)
             assert step["hidden_allreduce_s"] > 0, (rank, step)
+
+
+def test_ashpipe_starts_its_replica_all_reduce_under_backward_on_stashing_stages_too(tmp_path):
+    # stage 0 stashes weight versions (its backward accumulates into the copies), stage 1 does not;
+    # both have two replicas, and every bucket but possibly the last must start before the backward ends
+    spec = make_spec("strategy=ashpipe", "world_size=4", "strategy.replicas=[2,2]", "strategy.boundaries=[3]",
+                     "train.global_batch=16", "strategy.bucket_mb=0.02", "data.train_size=64", "data.test_size=32")
+    spawn(4, record_overlap, spec, str(tmp_path))
+    for rank in range(4):
+        steps = [s for s in json.load(open(tmp_path / f"rank{rank}.json")) if s]
+        assert steps, rank  # every rank stepped (stage 0 from its first call, stage 1 too)
+        for step in steps:
+            assert step["buckets"] >= 3, step
+            assert step["buckets_in_backward"] >= step["buckets"] - 1, (rank, step)
+            assert step["hidden_allreduce_s"] > 0, (rank, step)
