@@ -25,6 +25,7 @@ from torchgpipe import GPipe
 
 from harness.errors import ConfigError
 from harness.metrics import optimizer_state_tensors
+from harness.options import bounded, choice
 from harness.models import num_layers
 from harness.runtime.partition import stage_ranges
 from harness.strategies.base import EvalResult, Strategy, StrategyConfig
@@ -37,14 +38,14 @@ _CHECKPOINT_MODES = ("always", "except_last", "never")
 @dataclass
 class GPipeConfig(StrategyConfig):
     # one partition per device; unset: world_size (the only value torchgpipe can run)
-    stages: Optional[int] = None
+    stages: Optional[int] = bounded(None, 1)
     boundaries: Optional[list[int]] = None
     # torchgpipe's recomputation: always | except_last | never
-    checkpoint: str = "except_last"
+    checkpoint: str = choice("except_last", *_CHECKPOINT_MODES)
     # GPUs the partitions are spread over, partition i on cuda:(i mod devices); unset: one per
     # partition. Fewer than the partitions (devices=1 puts them all on one GPU) checks the path on
     # a single GPU; it measures no pipeline parallelism.
-    devices: Optional[int] = None
+    devices: Optional[int] = bounded(None, 1)
 
 
 class GPipeStrategy(Strategy):
@@ -62,8 +63,6 @@ class GPipeStrategy(Strategy):
 
     @classmethod
     def check(cls, spec) -> None:
-        if spec.strategy.checkpoint not in _CHECKPOINT_MODES:
-            raise ConfigError(f"strategy.checkpoint={spec.strategy.checkpoint} is not one of {', '.join(_CHECKPOINT_MODES)}")
         stages = spec.strategy.stages
         if stages != spec.world_size:
             raise ConfigError(
@@ -71,7 +70,7 @@ class GPipeStrategy(Strategy):
                 f"world_size={spec.world_size} (torchgpipe has no data parallelism)"
             )
         check_layout(spec, [1] * stages)
-        if spec.strategy.devices is not None and not 1 <= spec.strategy.devices <= stages:
+        if spec.strategy.devices is not None and spec.strategy.devices > stages:
             raise ConfigError(f"strategy.devices={spec.strategy.devices} must be between 1 and the {stages} partitions")
 
     @classmethod

@@ -25,6 +25,8 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
 from harness.config.registry import strategy_classes
+from harness.options import bounded, choice
+from harness.training import OPTIMIZERS, PRECISIONS
 
 
 @dataclass
@@ -32,56 +34,56 @@ class ModelConfig:
     """A timm Vision Transformer with a 100-class head."""
 
     name: str = MISSING
-    img_size: int = 32
-    patch_size: int = 4
-    embed_dim: int = 192
-    depth: int = 12
-    num_heads: int = 3
-    mlp_ratio: float = 4.0
-    num_classes: int = 100
+    img_size: int = bounded(32, 1)
+    patch_size: int = bounded(4, 1)
+    embed_dim: int = bounded(192, 1)
+    depth: int = bounded(12, 1)
+    num_heads: int = bounded(3, 1)
+    mlp_ratio: float = bounded(4.0, 0, above=True)
+    num_classes: int = bounded(100, 1)
 
 
 @dataclass
 class DataConfig:
-    name: str = MISSING  # synthetic | cifar100
+    name: str = choice(MISSING, "synthetic", "cifar100")
     root: str = "data/cifar100"
     download: bool = False
     # check the official MD5 sums (turn off for data you generated in the official format)
     verify_md5: bool = True
     # synthetic only: how many images to generate per split
-    train_size: int = 10000
-    test_size: int = 2000
+    train_size: int = bounded(10000, 1)
+    test_size: int = bounded(2000, 1)
     # synthetic only: per-pixel noise around each class prototype; higher is harder
-    noise: float = 0.6
-    num_classes: int = 100
-    image_size: int = 32
+    noise: float = bounded(0.6, 0)
+    num_classes: int = bounded(100, 1)
+    image_size: int = bounded(32, 1)
 
 
 @dataclass
 class TrainConfig:
-    global_batch: int = 64
-    micro_batches: int = 1
-    steps: int = 100
+    global_batch: int = bounded(64, 1)
+    micro_batches: int = bounded(1, 1)
+    steps: int = bounded(100, 1)
     # if set, overrides steps with epochs * (train_size // global_batch)
-    epochs: Optional[int] = None
+    epochs: Optional[int] = bounded(None, 1)
     # steps excluded from timing (first iterations pay one-time costs)
-    warmup_steps: int = 3
-    optimizer: str = "adamw"  # adamw | sgd
-    lr: float = 2e-3
-    weight_decay: float = 0.0
-    momentum: float = 0.9
+    warmup_steps: int = bounded(3, 0)
+    optimizer: str = choice("adamw", *OPTIMIZERS)
+    lr: float = bounded(2e-3, 0, above=True)
+    weight_decay: float = bounded(0.0, 0)
+    momentum: float = bounded(0.9, 0, 1)
     # fp32 | bf16 (autocast with fp32 master weights; DeepSpeed: its own bf16 mode)
-    precision: str = "fp32"
+    precision: str = choice("fp32", *PRECISIONS)
     # evaluate on the test split every this many steps (0: only at the end)
-    eval_every: int = 0
+    eval_every: int = bounded(0, 0)
     # cap on test images evaluated (0: the whole split)
-    eval_samples: int = 0
+    eval_samples: int = bounded(0, 0)
     # accuracy that defines time-to-accuracy in the record
-    target_accuracy: float = 0.05
+    target_accuracy: float = bounded(0.05, 0, 1)
     # measure live training bytes with the allocator profiler during the last step (CPU)
     measure_memory: bool = True
     # save every rank's parameters and optimizer state every N steps and at the end (0: never)
-    checkpoint_every: int = 0
+    checkpoint_every: int = bounded(0, 0)
     # continue from a checkpoint: a run directory (its latest checkpoint) or a checkpoints/step<N> folder
     resume: Optional[str] = None
 
@@ -89,23 +91,23 @@ class TrainConfig:
 @dataclass
 class LaunchConfig:
     # seconds every collective and point-to-point operation may take
-    collective_timeout: float = 120.0
+    collective_timeout: float = bounded(120.0, 0, above=True)
     # seconds after the first worker failure by which all workers are ended
-    failure_timeout: float = 30.0
+    failure_timeout: float = bounded(30.0, 0, above=True)
     # cpu | cuda | auto (cuda when available)
-    device: str = "cpu"
+    device: str = choice("cpu", "cpu", "cuda", "auto")
     # torch intra-op threads per worker (0: cores / workers, at least 1)
-    threads_per_worker: int = 0
-    backend: str = "auto"  # auto | gloo | nccl
+    threads_per_worker: int = bounded(0, 0)
+    backend: str = choice("auto", "auto", "gloo", "nccl")
     # fault injection, to test failure handling on a cluster: none | raise | exit | hang
-    fault: str = "none"
-    fault_rank: int = 1
-    fault_step: int = 2
+    fault: str = choice("none", "none", "raise", "exit", "hang")
+    fault_rank: int = bounded(1, 0)
+    fault_step: int = bounded(2, 0)
 
 
 @dataclass
 class LoggerConfig:
-    mode: str = "offline"  # offline | online | disabled
+    mode: str = choice("offline", "offline", "online", "disabled")
     project: str = "pipebench"
     entity: Optional[str] = None
     group: Optional[str] = None
@@ -116,14 +118,14 @@ class ClusterConfig:
     """A cluster for the simulator (harness.planning.simulator.Cluster); presets in conf/cluster/."""
 
     name: str = "local_cpu"
-    devices_per_node: int = 2
-    nodes: int = 1
-    compute_scale: float = 1.0
-    intra_node_gbps: float = 2.8
-    inter_node_gbps: float = 2.8
-    latency_us: float = 60.0
-    inter_latency_us: float = 60.0
-    memory_gib: float = 24.0
+    devices_per_node: int = bounded(2, 1)
+    nodes: int = bounded(1, 1)
+    compute_scale: float = bounded(1.0, 0, above=True)
+    intra_node_gbps: float = bounded(2.8, 0, above=True)
+    inter_node_gbps: float = bounded(2.8, 0, above=True)
+    latency_us: float = bounded(60.0, 0)
+    inter_latency_us: float = bounded(60.0, 0)
+    memory_gib: float = bounded(24.0, 0, above=True)
     # communication runs on the computing cores (gloo on CPUs): sends occupy the sender,
     # all-reduces do not overlap the backward
     comm_uses_compute: bool = False
@@ -173,11 +175,11 @@ class RunConfig:
     launch: LaunchConfig = field(default_factory=LaunchConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     sim: SimConfig = field(default_factory=SimConfig)
-    world_size: int = 1
-    seed: int = 0
+    world_size: int = bounded(1, 1)
+    seed: int = bounded(0, 0)
     # which repeat of one configuration this run is (recorded; a sweep over it runs the repeats
     # interleaved in time: -m repeat=0,1,2 strategy=dp,hippie runs dp, hippie, dp, hippie, ...)
-    repeat: int = 0
+    repeat: int = bounded(0, 0)
     # free-form tag recorded with the run (e.g. the experiment name)
     tag: str = ""
     # which block of a comparison table the run belongs to (e.g. speed, memory, replicated);

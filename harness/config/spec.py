@@ -20,10 +20,8 @@ from harness import data as data_mod
 from harness.config.registry import strategy_class, strategy_classes
 from harness.config.schema import DataConfig, LaunchConfig, LoggerConfig, ModelConfig, RunConfig, TrainConfig
 from harness.errors import ConfigError
+from harness.options import check_node
 from harness.strategies.base import PIPELINE_KEYS, Strategy, StrategyConfig
-from harness.training import OPTIMIZERS, PRECISIONS
-
-_LOGGER_MODES = ("offline", "online", "disabled")
 
 
 @dataclass
@@ -90,60 +88,39 @@ def checkpoint_folder(path: str) -> str:
                       "point it at a run directory written with train.checkpoint_every>0")
 
 
-def _positive(name: str, value, minimum: int = 1) -> None:
-    if value is None or value < minimum:
-        raise ConfigError(f"{name}={value} must be at least {minimum}")
-
-
 def build_spec(cfg: DictConfig | RunConfig, launching: bool = True) -> RunSpec:
     """Validate ``cfg`` and resolve derived values; raises ConfigError on bad input. ``launching``
     False (profiling, planning, simulating a cluster): the run's GPUs need not be on this host."""
     rc: RunConfig = OmegaConf.to_object(cfg) if isinstance(cfg, DictConfig) else cfg
     t, launch = rc.train, rc.launch
 
-    _positive("world_size", rc.world_size)
-    if rc.repeat < 0:
-        raise ConfigError(f"repeat={rc.repeat} must be 0 or more")
-    _positive("train.global_batch", t.global_batch)
-    _positive("train.micro_batches", t.micro_batches)
+    check_node(rc)  # every closed option set and numeric range the schema declares
     if t.global_batch < t.micro_batches:
         raise ConfigError(
             f"train.global_batch={t.global_batch} cannot be split into train.micro_batches={t.micro_batches}; "
             "raise the batch or lower the micro-batch count"
         )
-    if t.warmup_steps < 0:
-        raise ConfigError(f"train.warmup_steps={t.warmup_steps} must be 0 or more")
-    if rc.logger.mode not in _LOGGER_MODES:
-        raise ConfigError(f"logger.mode={rc.logger.mode} is not one of {', '.join(_LOGGER_MODES)}")
-    if t.optimizer not in OPTIMIZERS:
-        raise ConfigError(f"train.optimizer={t.optimizer} is not supported; use {' or '.join(OPTIMIZERS)}")
-    if t.precision not in PRECISIONS:
-        raise ConfigError(f"train.precision={t.precision} is not one of {', '.join(PRECISIONS)}")
-    if rc.data.name not in ("synthetic", "cifar100"):
-        raise ConfigError(f"unknown data set '{rc.data.name}'; use data=synthetic or data=cifar100")
-    for key in ("depth", "embed_dim", "num_heads", "patch_size", "img_size"):
-        _positive(f"model.{key}", getattr(rc.model, key))
     if rc.model.embed_dim % rc.model.num_heads:
         raise ConfigError(f"model.embed_dim={rc.model.embed_dim} must be divisible by model.num_heads={rc.model.num_heads}")
 
     steps_per_epoch = data_mod.train_size(rc.data) // t.global_batch
     if t.epochs is not None:
-        _positive("train.epochs", t.epochs)
         steps = t.epochs * steps_per_epoch
     else:
         steps = t.steps
-    _positive("train.steps", steps)
+    if steps < 1:
+        raise ConfigError(f"train.epochs={t.epochs} of {steps_per_epoch} step(s) each gives no step; "
+                          "use more epochs or a smaller train.global_batch")
 
     device = launch.device
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    if device not in ("cpu", "cuda"):
-        raise ConfigError(f"launch.device={device} is not one of cpu, cuda, auto")
     if device == "cuda" and torch.cuda.device_count() == 0:
         raise ConfigError("launch.device=cuda but no GPU is visible; use launch.device=cpu")
 
     cls = strategy_class(rc.strategy.name)
     strategy, ignored = strategy_config(cls, rc.strategy)
+    check_node(strategy, "strategy.")  # the strategy's own closed sets and ranges
     if not cls.takes_micro_batches and t.micro_batches != 1:
         # a sweep may share micro_batches with the synchronous pipelines
         print(f"note: strategy={cls.name} moves whole minibatches; train.micro_batches={t.micro_batches} does not "
@@ -160,10 +137,6 @@ def build_spec(cfg: DictConfig | RunConfig, launching: bool = True) -> RunSpec:
             + (" and the memory step" if t.measure_memory else "")
             + f"; use train.steps>={t.warmup_steps + 1 + int(t.measure_memory)} or lower train.warmup_steps"
         )
-    if launch.fault not in ("none", "raise", "exit", "hang"):
-        raise ConfigError(f"launch.fault={launch.fault} is not one of none, raise, exit, hang")
-    if t.checkpoint_every < 0:
-        raise ConfigError(f"train.checkpoint_every={t.checkpoint_every} must be 0 (off) or a number of steps")
     if t.resume is not None:
         checkpoint_folder(t.resume)  # refuses a path without a checkpoint
     data_mod.check_available(rc.data)

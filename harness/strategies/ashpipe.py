@@ -38,6 +38,7 @@ from torch import nn
 
 from harness.errors import ConfigError
 from harness.metrics import optimizer_state_tensors
+from harness.options import bounded, choice
 from harness.models import build_layers
 from harness.planning.planner import Network, Profile, data_parallel_cost, plan
 from harness.planning.profiling import measure_network, profile_layers
@@ -60,18 +61,18 @@ class AshPipeConfig(StrategyConfig):
     # activation recomputation with strategy.replicas (the planner decides its own)
     recompute: Any = "none"
     # how to choose replicas and boundaries when strategy.replicas is unset (auto: the planner)
-    plan: str = "auto"
+    plan: str = choice("auto", "auto")
     # planner: memory per worker in GiB (None: the GPU's memory; unlimited on CPU)
-    memory_limit: Optional[float] = None
+    memory_limit: Optional[float] = bounded(None, 0, above=True)
     # planner: assumed point-to-point and all-reduce bandwidth in GB/s (None: measured between workers)
-    bandwidth_gbps: Optional[float] = None
+    bandwidth_gbps: Optional[float] = bounded(None, 0, above=True)
     # Switch Parallelism: plain DP for this many steps (or epochs), then the hybrid plan
-    switch_step: Optional[int] = None
-    switch_epoch: Optional[int] = None
+    switch_step: Optional[int] = bounded(None, 0)
+    switch_epoch: Optional[int] = bounded(None, 0)
     # start in hybrid mode from a switch checkpoint directory
     resume_from: Optional[str] = None
     # replica gradient all-reduce bucket size (MiB)
-    bucket_mb: float = 4.0
+    bucket_mb: float = bounded(4.0, 0, above=True)
 
 
 def switch_step(spec) -> int:
@@ -92,8 +93,6 @@ class AshPipeStrategy(Strategy):
         st = spec.strategy
         if st.schedule != ASYNC:
             raise ConfigError(f"strategy.schedule={st.schedule}: strategy=ashpipe runs {ASYNC} only")
-        if st.replicas is None and st.plan != "auto":
-            raise ConfigError(f"strategy.plan={st.plan} is not understood; give strategy.replicas or use plan=auto")
         if st.replicas is not None:
             check_layout(spec, list(st.replicas))
         elif spec.world_size > spec.train.global_batch:
@@ -106,8 +105,6 @@ class AshPipeStrategy(Strategy):
         if spec.train.checkpoint_every or spec.train.resume:
             raise ConfigError("strategy=ashpipe keeps minibatches in flight, so train.checkpoint_every/train.resume "
                               "do not apply; Switch Parallelism writes a switch checkpoint (strategy.resume_from)")
-        if st.memory_limit is not None and st.memory_limit <= 0:
-            raise ConfigError(f"strategy.memory_limit={st.memory_limit} GiB must be positive")
         if st.memory_limit is not None and st.replicas is None:
             _check_memory_limit_is_reachable(spec)
 

@@ -38,6 +38,7 @@ from torch import nn
 
 from harness.comm import Comm, DistContext
 from harness.errors import ConfigError
+from harness.options import bounded
 from harness.planning.planner import Profile
 from harness.planning.simulator import Cluster, SimLayout
 from harness.runtime import schedule as sch
@@ -57,7 +58,7 @@ class PipelineKeys(StrategyConfig):
     records that it ignored them, instead of refusing the run; a strategy that has the concept
     but not the value asked for (DeepSpeed's schedule=gpipe) refuses it in one line."""
 
-    stages: int = 2
+    stages: int = bounded(2, 1)
     # index of the first layer of stages 1..S-1; unset: balanced on measured cost
     boundaries: Optional[list[int]] = None
     schedule: str = "1f1b"

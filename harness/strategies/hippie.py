@@ -21,6 +21,7 @@ import torch
 
 from harness.errors import ConfigError
 from harness.metrics import optimizer_state_tensors
+from harness.options import bounded
 from harness.runtime import schedule as sch
 from harness.runtime.executor import GradSync, StageExecutor
 from harness.runtime.stage import build_stage
@@ -33,7 +34,7 @@ from harness.training import PRECISIONS, make_optimizer, with_precision
 class HippieConfig(PipelineKeys):
     recompute: Any = "auto"
     # gradient all-reduce bucket size (MiB) for the hidden communication
-    bucket_mb: float = 4.0
+    bucket_mb: float = bounded(4.0, 0, above=True)
 
 
 class HippieStrategy(Strategy):
@@ -63,8 +64,6 @@ class HippieStrategy(Strategy):
     def check(cls, spec) -> None:
         if spec.strategy.schedule not in sch.SCHEDULES:
             raise ConfigError(f"strategy.schedule={spec.strategy.schedule} is not one of {', '.join(sch.SCHEDULES)}")
-        if spec.strategy.bucket_mb <= 0:
-            raise ConfigError(f"strategy.bucket_mb={spec.strategy.bucket_mb} must be positive")
         check_layout(spec, uniform_replicas(spec))
 
     @classmethod

@@ -1,8 +1,10 @@
 """Composing configs into validated specs, without starting anything: the schema, every shipped
 experiment and case, the per-strategy keys, the strategy registry."""
 
+import dataclasses
 import itertools
 import os
+import re
 
 import pytest
 import torch
@@ -10,6 +12,7 @@ from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 from omegaconf.errors import ConfigKeyError, ValidationError
 
+from harness.config import schema
 from harness.config.registry import CONFIG_DIR, strategy_classes
 from harness.errors import ConfigError
 from tests.helpers.cli import compose_config, make_spec
@@ -136,3 +139,37 @@ def test_slurm_preset_composes_with_one_task_per_gpu():
     assert launcher._target_.endswith("SlurmLauncher")
     assert OmegaConf.select(cfg, "hydra.launcher.tasks_per_node") == 4
     assert launcher.nodes == 2 and launcher.partition == "gpu" and launcher.account == "proj1"
+
+
+def _declared_rules():
+    """(override prefix, strategy or None, field) of every key that declares a closed set or range."""
+    def walk(cls, prefix):
+        for f in dataclasses.fields(cls):
+            if dataclasses.is_dataclass(f.type) or f.name in ("model", "data", "strategy", "logger", "train", "launch",
+                                                               "cluster", "sim"):
+                continue
+            if f.metadata:
+                yield prefix, None, f
+    nested = {"model": schema.ModelConfig, "data": schema.DataConfig, "train": schema.TrainConfig,
+              "launch": schema.LaunchConfig, "logger": schema.LoggerConfig, "cluster": schema.ClusterConfig}
+    yield from walk(schema.RunConfig, "")
+    for name, cls in nested.items():
+        yield from walk(cls, f"{name}.")
+    for name, cls in strategy_classes().items():
+        for prefix, _, f in walk(cls.Config, "strategy."):
+            yield prefix, name, f
+
+
+def _bad_value(f):
+    if "choices" in f.metadata:
+        return "nope"
+    low, high, above = f.metadata["range"]
+    return low if above else low - 1
+
+
+@pytest.mark.parametrize("prefix,strategy,f", list(_declared_rules()),
+                         ids=lambda v: v if isinstance(v, str) else getattr(v, "name", str(v)))
+def test_every_closed_set_and_range_is_refused_in_one_place_naming_the_key(prefix, strategy, f):
+    overrides = [f"{prefix}{f.name}={_bad_value(f)}"] + ([f"strategy={strategy}"] if strategy else [])
+    with pytest.raises(ConfigError, match=rf"^{re.escape(prefix + f.name)}=\S+ (is not one of|must be)"):
+        make_spec(*overrides)
