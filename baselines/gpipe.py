@@ -113,6 +113,10 @@ class GPipeStrategy(Strategy):
         loss.backward()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
+        if self.devices[0].type == "cuda":  # the step's end mark (on the first GPU) comes after every GPU's work
+            first = torch.cuda.current_stream(self.devices[0])
+            for device in set(self.devices[1:]) - {self.devices[0]}:
+                first.wait_stream(torch.cuda.current_stream(device))
         return loss.detach()
 
     @torch.no_grad()

@@ -69,8 +69,11 @@ class PipeliningStrategy(Strategy):
 
         lo, hi = self.layer_range
         stage_layers = with_precision(layers[lo:hi], spec.train.precision)
-        if self.stage < S - 1 and spec.train.precision != "fp32":  # cross stages in the run's precision, as ours
-            stage_layers.append(_Cast(PRECISIONS[spec.train.precision]))
+        if spec.train.precision != "fp32":  # cross stages in the run's precision, compute from fp32, as ours
+            if self.stage > 0:
+                stage_layers.insert(0, _Cast(torch.float32))
+            if self.stage < S - 1:
+                stage_layers.append(_Cast(PRECISIONS[spec.train.precision]))
         self.module = nn.Sequential(*stage_layers).to(ctx.device)
         submodule = self.module
         if n > 1:

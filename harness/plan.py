@@ -24,6 +24,7 @@ from harness.models import build_layers
 from harness.planning.planner import Profile, data_parallel_cost, plan
 from harness.planning.profiling import measure_local_network, profile_layers
 from harness.strategies.ashpipe import AshPipeStrategy, assumed_network, memory_limit_bytes, profile_sample
+from harness.training import with_precision
 
 
 def _plan(cfg: DictConfig) -> None:
@@ -41,8 +42,9 @@ def _plan(cfg: DictConfig) -> None:
             network = measure_local_network()
         print(f"profiling {spec.model.name} on {device} ...", flush=True)
         layers = [l.to(device) for l in build_layers(spec.model, spec.seed)]
-        profile = Profile(profile_layers(layers, profile_sample(spec, device, spec.world_size)), network, str(device),
-                          spec.train.global_batch)
+        profile = Profile(profile_layers(with_precision(layers, spec.train.precision),
+                                         profile_sample(spec, device, spec.world_size)),
+                          network, str(device), spec.train.global_batch)
         chosen = plan(profile, spec.world_size, spec.train.global_batch, memory_limit_bytes(spec, device))
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)

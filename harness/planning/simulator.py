@@ -233,7 +233,7 @@ def predict(profile: Profile, cluster: Cluster, layout: SimLayout, world_size: i
 
 
 def replayed_bubble(schedules: list[list[sch.Action]], forward_s: list[float], backward_s: list[float],
-                    step_s: list[float]) -> float:
+                    step_s: list[float]) -> float | None:
     """The idle fraction of ``schedules`` replayed with these per-stage costs (one forward and one
     backward per micro-batch, one optimizer step), transfers free: the bubble the schedule itself
     leaves a run whose stages take these times. A run's measured idle above it is what the replay
@@ -242,6 +242,8 @@ def replayed_bubble(schedules: list[list[sch.Action]], forward_s: list[float], b
     costs = {sch.FWD: forward_s, sch.BWD: backward_s, sch.STEP: step_s}
     timeline = sch.simulate(schedules, lambda s, a: costs[a.op][s] if a.op in costs else 0.0)
     stages = len(schedules)
+    if timeline.makespan <= 0:
+        return None
     busy = sum(e.end - e.start for s in range(stages) for e in timeline.stage_events(s) if e.action.op in costs)
     return 1 - busy / (stages * timeline.makespan)
 

@@ -157,7 +157,8 @@ def _flop_figures(spec: RunSpec, gathered: list[dict], step_time: float | None) 
     peaks = [r["peak_flops"] for r in gathered if r["peak_flops"]]
     peak = sum(peaks) / len(peaks) if peaks else None
     flops = layer_flops(spec.model, spec.train.global_batch, spec.data.image_size)
-    return {**utilisation(flops, recomputed, step_time, spec.world_size, peak), "peak_flops_per_device": peak}
+    devices = spec.strategy_cls.gpus(spec)  # the devices the run used (torchgpipe may share one)
+    return {**utilisation(flops, recomputed, step_time, devices, peak), "peak_flops_per_device": peak}
 
 
 def _replicas_per_stage(layouts: list[dict], partition) -> list[int]:
@@ -189,9 +190,13 @@ def _bubbles(gathered: list[dict], replicas: list[int], strategy, micro_batches:
             "hidden_allreduce_s": sum(hidden) / len(hidden) if hidden else None}
 
 
-def _replayed(schedule, gathered: list[dict], micro_batches: int) -> float:
+def _replayed(schedule, gathered: list[dict], micro_batches: int) -> float | None:
     """The schedule replayed by the simulator with the forward, backward and optimizer time each
-    stage spent in the profiled step (mean over its replicas)."""
+    stage spent in the profiled step (mean over its replicas); None where the profile does not
+    split the time by kind (a GPU's kernels)."""
+    if not all({"F", "B"} <= set(r["idle"]["busy_s"]) for r in gathered):
+        return None
+
     def per_stage(kind: str, per: int) -> list[float]:
         out = []
         for s in range(len(schedule)):

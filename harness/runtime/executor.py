@@ -97,7 +97,7 @@ class GradSync:
         self._bucket_of = {id(p): b for b, bucket in enumerate(self.buckets) for p in bucket}
         self._ready = [0] * len(self.buckets)
         self._pending: dict[int, tuple[torch.Tensor, Pending]] = {}
-        self._launched_at: list = []  # device-timer marks
+        self._launched_at: list = []  # (device-timer mark, launched under the armed backward)
         self._backward_end = None
         self.armed = False
         self._hooks = [p.register_post_accumulate_grad_hook(self._on_grad_ready) for p in params]
@@ -121,10 +121,11 @@ class GradSync:
         ended, and the time from the first such start to that end (the all-reduce hidden under
         backward). Call once the step is over: on CUDA it waits for the marks."""
         end = self._backward_end
-        ahead = [] if end is None else [self.timer.elapsed(t, end) for t in self._launched_at]
-        early = [a for a in ahead if a > 0]
+        # launched before the backward ended, in the host's order (device marks may tie)
+        early = [t for t, in_backward in self._launched_at if in_backward and end is not None]
+        hidden = max((self.timer.elapsed(t, end) for t in early), default=0.0)
         return {"buckets": len(self.buckets), "buckets_in_backward": len(early),
-                "hidden_allreduce_s": max(early) if early else 0.0}
+                "hidden_allreduce_s": max(hidden, 0.0)}
 
     def follow(self, masters: list[nn.Parameter], copies: list[torch.Tensor]) -> None:
         """Count ``copies`` (a stashed weight version) for their ``masters``: with weight
@@ -148,7 +149,7 @@ class GradSync:
 
     def _launch(self, b: int) -> None:
         flat = torch.cat([p.grad.reshape(-1) for p in self.buckets[b]])
-        self._launched_at.append(self.timer.mark())
+        self._launched_at.append((self.timer.mark(), self.armed and self._backward_end is None))
         self._pending[b] = (flat, self.comm.all_reduce_async(flat, self.group))
 
     def wait(self) -> None:
@@ -366,7 +367,9 @@ class StageExecutor:
             lo, hi = self._range(a.micro)
             inp = self._x[lo:hi]
         else:
-            inp = self._inputs[a.micro]
+            # activations travel in the run's precision; the stage computes from fp32, as the
+            # layers would in one process (a bf16 input would keep the residual stream in bf16)
+            inp = self._inputs[a.micro].float()
         if self.stash_weights and self._training:
             masters = dict(self.module.named_parameters())
             version = {n: p.detach().clone().requires_grad_(True) for n, p in masters.items()}

@@ -394,9 +394,10 @@ def plan_in_job(spec, layers, ctx, comm):
     network = assumed_network(spec) or measure_network(comm)
     result = None
     if ctx.rank == 0:
-        with visiting(layers, ctx.device):
-            profile = Profile(profile_layers(layers, profile_sample(spec, ctx.device, ctx.world_size)), network,
-                              str(ctx.device), spec.train.global_batch)
+        with visiting(layers, ctx.device):  # profiled in the run's precision
+            profile = Profile(profile_layers(with_precision(layers, spec.train.precision),
+                                             profile_sample(spec, ctx.device, ctx.world_size)),
+                              network, str(ctx.device), spec.train.global_batch)
         try:
             chosen = plan(profile, ctx.world_size, spec.train.global_batch, memory_limit_bytes(spec, ctx.device))
             dp = data_parallel_cost(profile, ctx.world_size, spec.train.global_batch)

@@ -27,6 +27,7 @@ from harness.planning.planner import Profile
 from harness.planning.simulator import SimLayout
 from harness.runtime.partition import balanced_boundaries, measure_layer_costs, stage_ranges
 from harness.runtime.stage import PipelineLayout
+from harness.training import with_precision
 
 RECOMPUTE_HELP = "use none, auto, all or a list of layer indices such as [1,2]"
 
@@ -179,8 +180,9 @@ def _measured_boundaries(spec, layers: list[nn.Module], device: torch.device, re
     """Balance forward+backward time measured on this device at the micro-batch size."""
     size = spec.data.image_size
     sample = torch.randn(_micro_batch(spec, replicas), 3, size, size, device=device)
-    with visiting(layers, device):
-        return balanced_boundaries(measure_layer_costs(layers, sample), len(replicas))
+    with visiting(layers, device):  # timed in the run's precision
+        return balanced_boundaries(measure_layer_costs(with_precision(layers, spec.train.precision), sample),
+                                   len(replicas))
 
 
 @contextlib.contextmanager

@@ -10,7 +10,7 @@ import torch.multiprocessing as mp
 from harness import comm
 from harness.metrics import track_cpu_allocations
 from harness.models import build_layers
-from harness.training import make_optimizer, summed_loss
+from harness.training import make_optimizer, summed_loss, with_precision
 
 
 def _entry(rank: int, world_size: int, fn, args) -> None:
@@ -38,7 +38,7 @@ def reference_step(spec, x: torch.Tensor, y: torch.Tensor, steps: int = 1) -> di
 def reference_steps(spec, batches: list[tuple[torch.Tensor, torch.Tensor]]) -> dict[str, torch.Tensor]:
     """Single-process training, one optimizer step per global batch, in order."""
     layers = build_layers(spec.model, spec.seed)
-    model = torch.nn.Sequential(*layers)
+    model = torch.nn.Sequential(*with_precision(layers, spec.train.precision))
     opt = make_optimizer(model.parameters(), spec.train)
     for x, y in batches:
         summed_loss(model(x), y, x.shape[0]).backward()
