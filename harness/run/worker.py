@@ -52,6 +52,7 @@ def train(spec: RunSpec, ctx: comm_mod.DistContext, progress: bool = True, local
     # this rank does not train are left out of its memory peak exactly (see harness.metrics)
     host_only = functools.partial(host_only_tensors, strategy, layers, dataset)
     train_start = time.perf_counter()
+    training_started_at = time.time()  # epoch seconds: start-up is this minus the command's start
     reached_target_s = None
 
     first_step = strategy.start_step()
@@ -134,6 +135,7 @@ def train(spec: RunSpec, ctx: comm_mod.DistContext, progress: bool = True, local
         "time_to_target_s": reached_target_s,
         "target_accuracy": t.target_accuracy,
         "train_time_s": train_time,
+        "training_started_at": training_started_at,
         "parameters": n_params,
         **_flop_figures(spec, gathered, step_time),
         "peak_source": peak_source,

@@ -63,3 +63,9 @@ def test_gpucheck_without_a_gpu_says_so_in_one_line_and_exits_0(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.splitlines() == ["gpucheck: no CUDA device visible, nothing to check (run it on a GPU node)"]
     assert not (tmp_path / "out").exists()
+
+
+def test_the_benchmark_refuses_an_unknown_model_in_one_line(tmp_path):
+    proc = run_cli(["--models", "vit_nope"], cwd=str(tmp_path), module="harness.bench", timeout=60)
+    assert proc.returncode == 2 and proc.stderr.startswith("error: --models from vit_micro, vit_tiny")
+    assert len(proc.stderr.splitlines()) == 1

@@ -1,0 +1,151 @@
+"""``python -m harness.bench``: our runtime against its peers on the same schedule, with ratios.
+
+A benchmark, not a timed test: in one invocation it runs each configuration
+``--repeats`` times, interleaved in time (every configuration once, then again,
+...), on two models (``vit_micro`` at global batch 64, and ``vit_tiny`` at 32,
+where compute dominates), every run a real ``python -m harness`` command with
+one thread per worker, the same given partition for every pipeline, 4
+micro-batches and no recomputation:
+
+- ``dp_w1``: DP at one worker (the one-worker, one-thread throughput T1);
+- ``dp_w2``: DP at two workers;
+- ``hippie``, ``pipelining``, ``deepspeed``: synchronous 1F1B on two stages;
+- ``ashpipe``: AshPipe as a real two-stage asynchronous pipeline, replicas [1, 1].
+
+It prints, per model, each configuration's median samples/s and its spread
+(min-max over the repeats), the start-up time (command start to the first
+training step of the 2-worker runs) and the ratios: Hippie / best peer 1F1B,
+Hippie / bubble bound (2 T1 m / (m + p - 1)), AshPipe / DP, AshPipe / no-bubble
+bound (2 T1). ``--out`` gets ``bench.md``, ``bench.json`` and the runs' records.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+MODELS = {"vit_micro": {"batch": 64, "boundaries": "[3]"}, "vit_tiny": {"batch": 32, "boundaries": "[7]"}}
+MICRO_BATCHES, STAGES = 4, 2
+
+
+def configurations(model: str) -> dict[str, list[str]]:
+    m = MODELS[model]
+    pipeline = ["world_size=2", f"train.micro_batches={MICRO_BATCHES}", f"strategy.boundaries={m['boundaries']}"]
+    return {
+        "dp_w1": ["strategy=dp", "world_size=1"],
+        "dp_w2": ["strategy=dp", "world_size=2"],
+        "hippie": ["strategy=hippie", *pipeline, "strategy.recompute=none"],
+        "pipelining": ["strategy=pipelining", *pipeline],
+        "deepspeed": ["strategy=deepspeed", *pipeline],
+        "ashpipe": ["strategy=ashpipe", "world_size=2", "strategy.replicas=[1,1]",
+                    f"strategy.boundaries={m['boundaries']}"],
+    }
+
+
+def run_one(model: str, name: str, overrides: list[str], steps: int, folder: str) -> dict:
+    cmd = [sys.executable, "-m", "harness", f"model={model}", f"train.global_batch={MODELS[model]['batch']}",
+           *overrides, f"train.steps={steps}", "train.warmup_steps=3", "launch.threads_per_worker=1",
+           "train.eval_samples=64", "data.train_size=2048", "data.test_size=64", "logger.mode=disabled",
+           f"hydra.run.dir={folder}"]
+    started = time.time()
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    record_path = os.path.join(folder, "metrics.json")
+    if proc.returncode or not os.path.isfile(record_path):
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+        return {"status": "failed", "error": tail[0]}
+    with open(record_path) as f:
+        record = json.load(f)
+    return {"status": record["status"], "error": record.get("error"), "throughput": record.get("throughput"),
+            "startup_s": record["training_started_at"] - started if record.get("training_started_at") else None}
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def summarise(runs: dict[str, dict[str, list[dict]]]) -> dict:
+    out = {}
+    for model, configs in runs.items():
+        tp = {name: [r["throughput"] for r in rs if r.get("throughput")] for name, rs in configs.items()}
+        med = {name: _median(v) for name, v in tp.items()}
+        t1 = med["dp_w1"]
+        peers = [med[p] for p in ("pipelining", "deepspeed") if med[p]]
+        bubble_bound = 2 * t1 * MICRO_BATCHES / (MICRO_BATCHES + STAGES - 1) if t1 else None
+
+        def ratio(a, b):
+            return a / b if a and b else None
+
+        startups = [r["startup_s"] for name, rs in configs.items() if name != "dp_w1" for r in rs if r.get("startup_s")]
+        out[model] = {
+            "samples_per_s": {name: {"median": med[name], "min": min(v) if v else None, "max": max(v) if v else None,
+                                     "runs": len(v), "failed": sum(r["status"] != "ok" for r in configs[name])}
+                              for name, v in tp.items()},
+            "ratios": {"hippie / best peer 1F1B": ratio(med["hippie"], max(peers) if peers else None),
+                       "hippie / bubble bound": ratio(med["hippie"], bubble_bound),
+                       "ashpipe / dp_w2": ratio(med["ashpipe"], med["dp_w2"]),
+                       "ashpipe / no-bubble bound": ratio(med["ashpipe"], 2 * t1 if t1 else None)},
+            "startup_s_median_2_workers": _median(startups),
+        }
+    return out
+
+
+def markdown(summary: dict, repeats: int, steps: int) -> str:
+    lines = [f"Benchmark: {repeats} repeat(s) interleaved, {steps} steps per run, 1 thread per worker, "
+             f"{MICRO_BATCHES} micro-batches, {STAGES} stages on a given partition, no recomputation.", ""]
+    for model, s in summary.items():
+        lines += [f"### {model} (global batch {MODELS[model]['batch']})", "",
+                  "| configuration | median samples/s | min | max | runs ok |", "| --- | ---: | ---: | ---: | ---: |"]
+        for name, v in s["samples_per_s"].items():
+            fmt = (lambda x: f"{x:.1f}" if x else "–")
+            lines.append(f"| {name} | {fmt(v['median'])} | {fmt(v['min'])} | {fmt(v['max'])} | "
+                         f"{v['runs']}/{v['runs'] + v['failed']} |")
+        lines += ["", "| ratio | value |", "| --- | ---: |"]
+        lines += [f"| {k} | {v:.3f} |" if v else f"| {k} | – |" for k, v in s["ratios"].items()]
+        startup = s["startup_s_median_2_workers"]
+        lines += ["", f"Start-up (command to first training step, 2-worker runs, median): "
+                      f"{startup:.1f} s" if startup else "Start-up: –", ""]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m harness.bench", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=16, help="steps per run (3 warm up, the last measures memory)")
+    parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of {', '.join(MODELS)}")
+    parser.add_argument("--out", default=os.path.join("outputs", "bench", time.strftime("%Y-%m-%d_%H-%M-%S")))
+    args = parser.parse_args(argv)
+    models = args.models.split(",")
+    unknown = [m for m in models if m not in MODELS]
+    if unknown or args.repeats < 1 or args.steps < 5:
+        print(f"error: --models from {', '.join(MODELS)}, --repeats >= 1, --steps >= 5 "
+              f"(got {args.models}, {args.repeats}, {args.steps})", file=sys.stderr)
+        return 2
+    runs: dict[str, dict[str, list[dict]]] = {m: {n: [] for n in configurations(m)} for m in models}
+    total, done = args.repeats * sum(len(configurations(m)) for m in models), 0
+    for r in range(args.repeats):  # interleaved in time: every configuration once per round
+        for model in models:
+            for name, overrides in configurations(model).items():
+                folder = os.path.join(args.out, model, f"{name}_r{r}")
+                result = run_one(model, name, overrides, args.steps, folder)
+                runs[model][name].append(result)
+                done += 1
+                shown = f"{result['throughput']:.1f} samples/s" if result.get("throughput") else result.get("error")
+                print(f"[{done}/{total}] {model} {name} repeat {r}: {shown}", flush=True)
+    summary = summarise(runs)
+    os.makedirs(args.out, exist_ok=True)
+    text = markdown(summary, args.repeats, args.steps)
+    with open(os.path.join(args.out, "bench.md"), "w") as f:
+        f.write(text + "\n")
+    with open(os.path.join(args.out, "bench.json"), "w") as f:
+        json.dump({"summary": summary, "runs": runs, "repeats": args.repeats, "steps": args.steps}, f, indent=1)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
