@@ -1,91 +1,105 @@
 """PyTorch's own pipeline: torch.distributed.pipelining, as its users run it.
 
-``PipelineStage`` over the same layer list and stage boundaries as our runtime,
-``ScheduleGPipe`` or ``Schedule1F1B`` (``strategy.schedule``), and data
-parallelism across pipeline replicas: with ``world_size = stages * n`` there
-are n pipelines, each stage module wrapped in DDP over its n replicas
-(pipelining runs DDP's ``no_sync`` for all but the last backward). Each
-pipeline takes ``B / n`` samples in ``m`` equal micro-batches; the loss is the
-micro-batch mean and the schedule divides gradients by m, so one step equals
-single-process training on the global batch.
+``PipelineStage`` over the same layer list, cut by the same rule as our runtime,
+with any of the library's schedules (``strategy.schedule``):
+
+- one stage per rank: ``gpipe`` (``ScheduleGPipe``), ``1f1b`` (``Schedule1F1B``);
+- ``strategy.stages_per_rank`` (v) stages per rank, ``v x strategy.stages`` stages
+  in all: ``interleaved_1f1b``, ``looped_bfs`` and ``zero_bubble`` (interleaved
+  ZB1P) in loop placement (stage i on rank i mod P), ``zbv`` and ``dualpipev`` in
+  V placement (rank r holds stages r and 2P-1-r; exactly two per rank). The
+  zero-bubble family splits each backward into its input- and weight-gradient
+  parts (:mod:`harness.runtime.torch_schedules` has their action lists, the
+  library's own).
+
+Data parallelism across pipeline replicas: with ``world_size = stages * n`` there
+are n pipelines, each stage module wrapped in DDP over its n replicas (pipelining
+runs DDP's ``no_sync`` for all but the last backward). Each pipeline takes
+``B / n`` samples in ``m`` equal micro-batches; the loss is the micro-batch mean
+and the schedule divides gradients by m, so one step equals single-process
+training on the global batch. ``strategy.recompute`` checkpoints layers by the
+rule every strategy shares (:func:`harness.strategies.layout.resolve_recompute`).
 """
 
 from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Optional
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+from torch.distributed.pipelining.schedules import get_schedule_class
 from torch.nn.parallel import DistributedDataParallel
 
 from harness.comm import new_group
 from harness.errors import ConfigError
 from harness.metrics import optimizer_state_tensors
+from harness.options import bounded, choice
+from harness.runtime import schedule as sch
+from harness.runtime import torch_schedules
+from harness.runtime.executor import StageModule
 from harness.runtime.partition import stage_ranges
 from harness.runtime.topology import Topology
 from harness.strategies.base import PipelineKeys, Strategy, summed_eval
-from harness.strategies.layout import check_layout, resolve_boundaries, simulated_pipeline, uniform_replicas
+from harness.strategies.layout import (check_layout, recompute_of_stages, resolve_boundaries, simulated_pipeline,
+                                       uniform_replicas)
 from harness.training import PRECISIONS, eval_counts, make_optimizer, with_precision
 
-_SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
+_SINGLE = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
+SCHEDULES = (*_SINGLE, *torch_schedules.MULTI)
+
+
+@dataclass
+class PipeliningKeys(PipelineKeys):
+    schedule: str = choice("1f1b", *SCHEDULES)
+    # stages each rank holds (v): 1 for gpipe and 1f1b; unset: 2 for the multi-stage schedules
+    stages_per_rank: Optional[int] = bounded(None, 1)
 
 
 class PipeliningStrategy(Strategy):
     name = "pipelining"
-    Config = PipelineKeys
+    Config = PipeliningKeys
+
+    @classmethod
+    def complete(cls, spec) -> None:
+        st = spec.strategy
+        if st.stages_per_rank is None:
+            st.stages_per_rank = 1 if st.schedule in _SINGLE else 2
 
     @classmethod
     def check(cls, spec) -> None:
-        if spec.strategy.schedule not in _SCHEDULES:
-            raise ConfigError(f"strategy.schedule={spec.strategy.schedule} is not one of {', '.join(_SCHEDULES)}")
+        st, m = spec.strategy, spec.train.micro_batches
         replicas = uniform_replicas(spec)
-        check_layout(spec, replicas)
-        n, m, B = replicas[0], spec.train.micro_batches, spec.train.global_batch
+        P, n, v = len(replicas), replicas[0], st.stages_per_rank
+        if st.schedule in _SINGLE and v != 1:
+            raise ConfigError(f"strategy.schedule={st.schedule} runs one stage per rank; set strategy.stages_per_rank=1 "
+                              f"or use a schedule with several: {', '.join(torch_schedules.MULTI)}")
+        check_layout(spec, replicas, stages_per_rank=v)
+        B = spec.train.global_batch
         if B % (n * m):
             raise ConfigError(
                 f"torch.distributed.pipelining needs equal micro-batches: train.global_batch={B} must be divisible by "
                 f"{n} pipeline replica(s) x {m} micro-batches; use a multiple of {n * m}"
             )
-        if m < len(replicas):
-            raise ConfigError(f"torch.distributed.pipelining's schedules need at least one micro-batch per stage: "
-                              f"train.micro_batches={m} with {len(replicas)} stages; set train.micro_batches>={len(replicas)}")
-        if spec.strategy.recompute not in ("none", None):
-            raise ConfigError("strategy=pipelining has no recomputation in this harness; set strategy.recompute=none")
-
-    def __init__(self, spec, layers, ctx, comm):
-        super().__init__(spec, layers, ctx, comm)
-        replicas = uniform_replicas(spec)
-        topo = Topology(tuple(replicas))
-        S, n = topo.num_stages, replicas[0]
-        self.stage, self.replica = topo.stage_of(ctx.rank), topo.replica_of(ctx.rank)
-        self.n_replicas, self.num_stages = n, S
-
-        self.partition = resolve_boundaries(spec, layers, ctx, comm, replicas)
-        ranges = stage_ranges(self.partition.boundaries, len(layers))
-        self.layer_range = ranges[self.stage]
-        # all ranks create all groups, in the same order
-        pipe_groups = [new_group([s * n + j for s in range(S)], ctx.timeout) for j in range(n)]
-        dp_groups = [new_group(topo.ranks_of(s), ctx.timeout) for s in range(S)]
-
-        lo, hi = self.layer_range
-        stage_layers = with_precision(layers[lo:hi], spec.train.precision)
-        if spec.train.precision != "fp32":  # cross stages in the run's precision, compute from fp32, as ours
-            if self.stage > 0:
-                stage_layers.insert(0, _Cast(torch.float32))
-            if self.stage < S - 1:
-                stage_layers.append(_Cast(PRECISIONS[spec.train.precision]))
-        self.module = nn.Sequential(*stage_layers).to(ctx.device)
-        submodule = self.module
-        if n > 1:
-            submodule = DistributedDataParallel(self.module, process_group=dp_groups[self.stage],
-                                                device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None)
-        self.optimizer = make_optimizer(self.module.parameters(), spec.train)
-
-        m = spec.train.micro_batches
-        self.local_batch = spec.train.global_batch // n
-        # shapes are inferred by pipelining on the first (untimed) step, as its users run it
-        self.pipe_stage = PipelineStage(submodule, self.stage, S, ctx.device, group=pipe_groups[self.replica])
-        self.schedule = _SCHEDULES[spec.strategy.schedule](self.pipe_stage, n_microbatches=m, loss_fn=self._loss)
+        if n > 1 and torch_schedules.splits_backward(st.schedule):
+            raise ConfigError(
+                f"strategy.schedule={st.schedule} splits the backward, which skips the hooks DDP reduces gradients "
+                f"with (torch 2.14, pytorch/pytorch#144530: replicas end a step with different weights); run one "
+                f"pipeline, world_size={P}, or interleaved_1f1b or looped_bfs across {n} replicas")
+        if st.schedule in _SINGLE:
+            if m < P:
+                raise ConfigError(f"torch.distributed.pipelining's schedules need at least one micro-batch per stage: "
+                                  f"train.micro_batches={m} with {P} stages; set train.micro_batches>={P}")
+            return
+        try:  # the library's own rules, by building its schedule; then a replay proves it finishes
+            lists = torch_schedules.action_lists(st.schedule, P, v, m)
+            sch.simulate([list(a) for a in lists], placement=torch_schedules.placement(st.schedule, P, v))
+        except (torch_schedules.ScheduleError, sch.Deadlock) as e:
+            raise ConfigError(f"strategy.schedule={st.schedule} cannot run train.micro_batches={m} on {P} rank(s) x "
+                              f"{v} stage(s) per rank: {e}") from None
 
     @classmethod
     def samples_per_forward(cls, spec) -> int:
@@ -93,12 +107,92 @@ class PipeliningStrategy(Strategy):
 
     @classmethod
     def variant(cls, spec) -> str:
-        return spec.strategy.schedule if spec.strategy.schedule != "1f1b" else ""
+        st = spec.strategy
+        parts = [st.schedule] if st.schedule != "1f1b" else []
+        if st.stages_per_rank > 1:
+            parts.append(f"v={st.stages_per_rank}")
+        if st.recompute not in ("none", None):
+            parts.append(f"recompute={st.recompute}")
+        return ", ".join(parts)
+
+    @classmethod
+    def analytic_bubble(cls, spec, stages: int) -> float:
+        """1F1B's and GPipe's (p-1)/(m+p-1); for the multi-stage schedules the library's action lists
+        replayed with the textbook balanced costs (a forward, an input-gradient and a weight-gradient
+        part one unit each, every stage alike, transfers free), which gives interleaving's
+        (p-1)/(vm+p-1) and what the zero-bubble schedules leave on paper."""
+        replay = cls.replayed_schedule(spec, stages)
+        if spec.strategy.schedule in _SINGLE or replay is None:
+            return super().analytic_bubble(spec, stages)
+        timeline = sch.simulate(*replay[:1], placement=replay[1])
+        return sum(timeline.idle_fraction(p) for p in range(stages)) / stages
+
+    @classmethod
+    def replayed_schedule(cls, spec, stages: int):
+        st = spec.strategy
+        if st.schedule in _SINGLE:
+            return super().replayed_schedule(spec, stages)
+        v = st.stages_per_rank
+        lists = torch_schedules.action_lists(st.schedule, stages, v, spec.train.micro_batches)
+        return [list(a) for a in lists], torch_schedules.placement(st.schedule, stages, v)
 
     @classmethod
     def simulated(cls, spec, profile, cluster):
         # DDP across pipeline replicas overlaps the all-reduce with the last backward
-        return simulated_pipeline(spec, profile, uniform_replicas(spec), spec.strategy.schedule, hides_allreduce=True)
+        return simulated_pipeline(spec, profile, uniform_replicas(spec), spec.strategy.schedule, hides_allreduce=True,
+                                  recompute_rule=spec.strategy.recompute, stages_per_rank=spec.strategy.stages_per_rank)
+
+    def __init__(self, spec, layers, ctx, comm):
+        super().__init__(spec, layers, ctx, comm)
+        st = spec.strategy
+        replicas = uniform_replicas(spec)
+        topo = Topology(tuple(replicas))
+        P, n, v = topo.num_stages, replicas[0], st.stages_per_rank
+        S = P * v  # stages in all
+        # this rank's position in its pipeline (a "stage" for the harness's per-rank figures)
+        self.stage, self.replica = topo.stage_of(ctx.rank), topo.replica_of(ctx.rank)
+        self.n_replicas, self.num_stages = n, S
+        self.stage_indices = ([self.stage] if st.schedule in _SINGLE
+                              else torch_schedules.stages_of(st.schedule, P, v, self.stage))
+
+        self.partition = resolve_boundaries(spec, layers, ctx, comm, [n] * S)
+        ranges = stage_ranges(self.partition.boundaries, len(layers))
+        self.layer_ranges = [ranges[i] for i in self.stage_indices]
+        self.recompute = recompute_of_stages(st.recompute, len(layers), ranges)
+        # all ranks create all groups, in the same order
+        pipe_groups = [new_group([s * n + j for s in range(P)], ctx.timeout) for j in range(n)]
+        dp_groups = [new_group(topo.ranks_of(s), ctx.timeout) for s in range(P)]
+
+        precise = with_precision(layers, spec.train.precision)
+        self.modules, pipe_stages = [], []
+        for i, (lo, hi) in zip(self.stage_indices, self.layer_ranges):
+            module = StageModule(precise[lo:hi], {j - lo for j in self.recompute if lo <= j < hi})
+            if spec.train.precision != "fp32":  # cross stages in the run's precision, compute from fp32, as ours
+                module = nn.Sequential(*([_Cast(torch.float32)] if i > 0 else []), module,
+                                       *([_Cast(PRECISIONS[spec.train.precision])] if i < S - 1 else []))
+            module = module.to(ctx.device)
+            self.modules.append(module)
+            submodule = module
+            if n > 1:
+                submodule = DistributedDataParallel(module, process_group=dp_groups[self.stage],
+                                                    device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None)
+            pipe_stages.append(PipelineStage(submodule, i, S, ctx.device, group=pipe_groups[self.replica]))
+        self.params = [p for module in self.modules for p in module.parameters()]
+        self.optimizer = make_optimizer(self.params, spec.train)
+
+        m = spec.train.micro_batches
+        self.local_batch = spec.train.global_batch // n
+        # shapes are inferred by pipelining on the first (untimed) step, as its users run it
+        self._eval_order = None
+        if st.schedule in _SINGLE:
+            self.schedule = _SINGLE[st.schedule](pipe_stages[0], n_microbatches=m, loss_fn=self._loss)
+        else:
+            library = get_schedule_class(torch_schedules.MULTI[st.schedule].library_name)
+            self.schedule = library(pipe_stages, n_microbatches=m, loss_fn=self._loss)
+            # the runtime runs the lowered order it keeps per rank; evaluation swaps in a forward-only one
+            forward = torch_schedules.forward_only(st.schedule, P, v, m)
+            self._eval_order = {r: torch_schedules.to_library(acts) for r, acts in enumerate(forward)}
+        self.first, self.last = 0 in self.stage_indices, S - 1 in self.stage_indices
 
     @staticmethod
     def _loss(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -109,13 +203,13 @@ class PipeliningStrategy(Strategy):
         return x[lo : lo + self.local_batch], y[lo : lo + self.local_batch]
 
     def _call(self, fn, x, y, losses):
-        first, last = self.stage == 0, self.stage == self.num_stages - 1
-        args = (x,) if first else ()
-        kwargs = {"target": y, "losses": losses} if last else {}
+        args = (x,) if self.first else ()
+        kwargs = {"target": y, "losses": losses} if self.last else {}
         return fn(*args, **kwargs)
 
     def train_step(self, x, y):
-        self.module.train()
+        for module in self.modules:
+            module.train()
         x, y = self._share(x, y)
         losses: list[torch.Tensor] = []
         self._call(self.schedule.step, x, y, losses)
@@ -127,21 +221,41 @@ class PipeliningStrategy(Strategy):
 
     @torch.no_grad()
     def evaluate(self, x, y):
-        self.module.eval()
+        for module in self.modules:
+            module.eval()
         x, y = self._share(x, y)
         losses: list[torch.Tensor] = []
-        out = self._call(self.schedule.eval, x, y, losses)
-        last = self.stage == self.num_stages - 1
-        return summed_eval(self.comm, eval_counts(out, y) if last else (0.0, 0.0, 0.0))
+        with self._evaluation_order():
+            out = self._call(self.schedule.eval, x, y, losses)
+        return summed_eval(self.comm, eval_counts(out, y) if self.last else (0.0, 0.0, 0.0))
+
+    @contextlib.contextmanager
+    def _evaluation_order(self):
+        """A multi-stage schedule runs :func:`harness.runtime.torch_schedules.forward_only` while
+        it evaluates (see there why), then its training order again."""
+        if self._eval_order is None:
+            yield
+            return
+        training = self.schedule.pipeline_order_with_comms
+        self.schedule.pipeline_order_with_comms = self._eval_order
+        try:
+            yield
+        finally:
+            self.schedule.pipeline_order_with_comms = training
 
     def memory_parts(self):
-        return {"parameters": list(self.module.parameters()), "optimizer_state": optimizer_state_tensors(self.optimizer)}
+        return {"parameters": self.params, "optimizer_state": optimizer_state_tensors(self.optimizer)}
 
     def layout(self):
-        return {"stage": self.stage, "replica": self.replica, "layers": list(self.layer_range)}
+        return {"stage": self.stage, "replica": self.replica, "stages": self.stage_indices,
+                "layers": [list(r) for r in self.layer_ranges] if len(self.layer_ranges) > 1 else list(self.layer_ranges[0])}
 
     def owned_layers(self):
-        return range(*self.layer_range)
+        return [i for lo, hi in self.layer_ranges for i in range(lo, hi)]
+
+    def recomputed_layers(self):
+        share = 1.0 / self.n_replicas
+        return {i: share for i in self.owned_layers() if i in self.recompute}
 
 
 class _Cast(nn.Module):

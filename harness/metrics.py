@@ -42,6 +42,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import re
 import resource
 import statistics
 import sys
@@ -185,15 +186,19 @@ def _start_and_peak_total(prof, device_type: str) -> tuple[int, int]:
 _COMMUNICATION = ("c10d", "gloo", "nccl", "record_param_comms", "send", "recv", "all_reduce", "allreduce",
                   "broadcast", "barrier", "gather", "scatter", "wait")
 _MERGE_GAP_NS = 100_000  # adjacent operators of one kind closer than this form one block
+# torch pipelining's multi-stage runtime names each action's span "PP:<stage><kind><micro-batch>":
+# the backward operators under its I and W actions are the two parts of a split backward
+_LIBRARY_ACTION = re.compile(r"PP:\d+(F|B|I|W)\d+")
 
 
 def compute_spans(prof) -> tuple[list[tuple[str, float, float]], dict | None]:
-    """The profiled thread's compute blocks (``F``, ``B``, ``STEP``; epoch seconds) and its idle
-    fraction over the profile (see the module docstring)."""
+    """The profiled thread's compute blocks (``F``, ``B``, ``STEP``, and ``I`` and ``W`` for the
+    parts of a split backward; epoch seconds) and its idle fraction over the profile (see the
+    module docstring)."""
     ops: list[tuple[int, int, str]] = []
     first, last = None, None
 
-    def visit(node, kind: str) -> None:
+    def visit(node, kind: str, part: str | None) -> None:
         nonlocal first, last
         if node.tag != _EventType.TorchOp:
             return
@@ -203,16 +208,18 @@ def compute_spans(prof) -> tuple[list[tuple[str, float, float]], dict | None]:
         if name.startswith("Optimizer.step"):
             kind = "STEP"
         if node.extra_fields.scope == RecordScope.USER_SCOPE:  # an annotation: look inside
+            action = _LIBRARY_ACTION.fullmatch(name)
             for child in node.children:
-                visit(child, kind)
+                visit(child, kind, action.group(1) if action else part)
             return
         if any(word in name.lower() for word in _COMMUNICATION):
             return
-        ops.append((node.start_time_ns, node.end_time_ns,
-                    "B" if kind == "F" and name.startswith("autograd::engine::evaluate_function") else kind))
+        if kind == "F" and name.startswith("autograd::engine::evaluate_function"):
+            kind = part if part in ("I", "W") else "B"
+        ops.append((node.start_time_ns, node.end_time_ns, kind))
 
     for root in prof.profiler.kineto_results.experimental_event_tree():
-        visit(root, "F")
+        visit(root, "F", None)
     return busy_blocks(ops, first, last)
 
 

@@ -49,6 +49,10 @@ class LayerProfile:
     saved_bytes: int  # per sample: tensors autograd keeps for backward (parameters excluded)
     input_bytes: int  # per sample
     param_bytes: int
+    # per sample: the backward's input-gradient and weight-gradient parts when run apart, as the
+    # zero-bubble schedules run them (None in a profile made before they were timed)
+    backward_input_s: float | None = None
+    backward_weight_s: float | None = None
 
 
 @dataclass

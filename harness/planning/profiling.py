@@ -1,7 +1,8 @@
 """Measurements for the planner and the simulator: layer profiles, whole steps, the network.
 
-Per-layer forward and backward time, output bytes, bytes saved for backward and
-parameter bytes (identical blocks measured once), at the samples one worker
+Per-layer forward and backward time (and the backward's input- and weight-gradient
+parts run apart, as zero-bubble schedules run them), output bytes, bytes saved for
+backward and parameter bytes (identical blocks measured once), at the samples one worker
 computes per forward, with the threads one worker would have; the whole
 forward, loss and backward of a shortened model (the step factor that scales
 isolated layer times to a real pass) and the optimizer update, interleaved with
@@ -24,6 +25,7 @@ from dataclasses import asdict, dataclass, replace
 import torch
 import torch.multiprocessing as mp
 from torch import nn
+from torch.distributed.pipelining._backward import stage_backward_input, stage_backward_weight
 
 from harness import comm as comm_mod
 from harness.host import cpu_worker_environment
@@ -84,7 +86,7 @@ def profile_layers(layers: list[nn.Module], sample: torch.Tensor, repeats: int =
             with torch.no_grad():
                 y = layer(x)
         else:
-            fwd, bwd = [], []
+            fwd, bwd, bwd_input, bwd_weight = [], [], [], []
             spent = 0.0
             for r in range(repeats + 1):
                 if r > 3 and spent > budget_s:  # large layers: enough samples for a stable median
@@ -95,15 +97,25 @@ def profile_layers(layers: list[nn.Module], sample: torch.Tensor, repeats: int =
                 t1 = timer.mark()
                 y.backward(torch.ones_like(y))
                 t2 = timer.mark()
-                forward_s, backward_s = timer.elapsed(t0, t1), timer.elapsed(t1, t2)
-                spent += forward_s + backward_s
+                # the same backward in the two parts the zero-bubble schedules run apart, by the
+                # functions torch pipelining runs them with
+                inp = x.detach().requires_grad_(x.is_floating_point())
+                y = layer(inp)
+                t3 = timer.mark()
+                _, groups = stage_backward_input([y], [torch.ones_like(y)], [inp], layer.parameters())
+                t4 = timer.mark()
+                stage_backward_weight(layer.parameters(), groups)
+                t5 = timer.mark()
+                times = (timer.elapsed(t0, t1), timer.elapsed(t1, t2), timer.elapsed(t3, t4), timer.elapsed(t4, t5))
+                spent += sum(times)
                 if r:  # the first run warms up
-                    fwd.append(forward_s)
-                    bwd.append(backward_s)
+                    for kept, t in zip((fwd, bwd, bwd_input, bwd_weight), times):
+                        kept.append(t)
             layer.zero_grad(set_to_none=True)
             prof = LayerProfile(name, _median(fwd) / batch, _median(bwd) / batch,
                                 y[0].numel() * y.element_size(), saved // batch,
-                                x[0].numel() * x.element_size(), param_bytes)
+                                x[0].numel() * x.element_size(), param_bytes,
+                                _median(bwd_input) / batch, _median(bwd_weight) / batch)
             cache[key] = prof
         out_profiles.append(prof)
         x = y.detach()
@@ -231,8 +243,8 @@ def _measure(work: Workload, device: torch.device, side_by_side=None, rounds: in
         pass_s, update_s = _whole_step_s(work, _short(layers), sample, repeats=6, budget_s=2.0)
         passes.append(pass_s)
         updates.append(update_s)
-    profiled = [replace(first, forward_s=statistics.median(r[i].forward_s for r in layer_rounds),
-                        backward_s=statistics.median(r[i].backward_s for r in layer_rounds))
+    profiled = [replace(first, **{k: statistics.median(getattr(r[i], k) for r in layer_rounds)
+                                  for k in ("forward_s", "backward_s", "backward_input_s", "backward_weight_s")})
                 for i, first in enumerate(layer_rounds[0])]
     return profiled, statistics.median(passes), statistics.median(updates)
 

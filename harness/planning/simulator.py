@@ -27,10 +27,12 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from harness.errors import ConfigError
 from harness.planning.planner import Network, Profile
 from harness.report.environment import environment
 from harness.report.schema import SCHEMA_VERSION
 from harness.runtime import schedule as sch
+from harness.runtime import torch_schedules
 from harness.runtime.partition import balanced_boundaries, stage_ranges
 
 ASYNC = "async_1f1b"  # the schedule name of PipeDream-style asynchronous 1F1B (AshPipe)
@@ -48,6 +50,9 @@ class SimLayout:
     recompute: set[int]  # global indices of recomputed layers
     hides_allreduce: bool  # the gradient all-reduce overlaps the last backward (bucketed, as DDP does)
     stashes_weights: bool = False  # every stage but the last keeps a weight copy per minibatch in flight
+    # stages each rank of a pipeline holds (torch pipelining's multi-stage schedules): ``replicas``
+    # is then per rank position, ``boundaries`` cut ``stages_per_rank x len(replicas)`` stages
+    stages_per_rank: int = 1
 
 
 @dataclass
@@ -147,62 +152,89 @@ def _stage_ranks(replicas: list[int]) -> list[list[int]]:
 
 
 def predict(profile: Profile, cluster: Cluster, layout: SimLayout, world_size: int, global_batch: int) -> Prediction:
-    """Replay ``layout``'s action lists with the profile's costs on ``cluster``."""
+    """Replay ``layout``'s action lists with the profile's costs on ``cluster``.
+
+    The lists are per rank position of the pipeline (a lane); where a lane holds several
+    stages (``stages_per_rank``) each action names its stage and costs that stage's work."""
     layers = profile.layers
     n_layers = len(layers)
     replicas, recompute, micro_batches = list(layout.replicas), set(layout.recompute), layout.micro_batches
+    P, v = len(replicas), layout.stages_per_rank
+    S = P * v  # stages
     boundaries = layout.boundaries
-    S = len(replicas)
     if boundaries is None:
         boundaries = balanced_boundaries([l.forward_s + l.backward_s for l in layers], S) if S > 1 else []
     ranges = stage_ranges(boundaries, n_layers)
+    if layout.schedule in torch_schedules.MULTI:
+        lists = [list(acts) for acts in torch_schedules.action_lists(layout.schedule, P, v, micro_batches)]
+        lane_of = torch_schedules.placement(layout.schedule, P, v)
+    elif layout.schedule == ASYNC:
+        lists, lane_of = None, list(range(S))
+    else:
+        lists, lane_of = sch.SCHEDULES[layout.schedule](S, micro_batches), list(range(S))
+    stages_of_lane = [[s for s in range(S) if lane_of[s] == p] for p in range(P)]
+    splits = any(a.op in (sch.BWD_I, sch.BWD_W) for acts in lists or [] for a in acts)
+    if splits and any(l.backward_input_s is None for l in layers):
+        raise ConfigError(f"schedule {layout.schedule} splits each backward into its input- and weight-gradient "
+                          "parts, which this profile does not time; profile again (python -m harness.profile)")
     ranks = _stage_ranks(replicas)
     # layer times measured in isolation, scaled to what a whole forward and backward measured on
     # the same device took; the optimizer update is measured on its own (once per STEP)
     scale = cluster.compute_scale / profile.step_factor
     opt_s = profile.optimizer_s_per_byte / cluster.compute_scale
+    # samples one replica of each stage computes per micro-batch
+    share_of = [global_batch / micro_batches / replicas[lane_of[s]] for s in range(S)]
 
-    def share(s: int) -> float:  # samples one replica of stage s computes per micro-batch
-        return global_batch / micro_batches / replicas[s]
+    def layer_sum(s: int, time) -> float:
+        lo, hi = ranges[s]
+        return share_of[s] * sum(time(i) for i in range(lo, hi)) / scale
 
     def fwd(s: int) -> float:
-        lo, hi = ranges[s]
-        return share(s) * sum(layers[i].forward_s for i in range(lo, hi)) / scale
+        return layer_sum(s, lambda i: layers[i].forward_s)
 
     def bwd(s: int) -> float:
-        lo, hi = ranges[s]
-        return share(s) * sum(layers[i].backward_s + (layers[i].forward_s if i in recompute else 0.0)
-                              for i in range(lo, hi)) / scale
+        return layer_sum(s, lambda i: layers[i].backward_s + (layers[i].forward_s if i in recompute else 0.0))
+
+    def bwd_part(s: int, a: sch.Action) -> float:
+        """The input- or weight-gradient part, as the library runs it (harness.runtime.torch_schedules)."""
+        if s == 0:  # the first stage's I does nothing, its W runs the whole backward
+            return bwd(s) * torch_schedules.backward_part(a)
+        if a.op == sch.BWD_I:
+            return layer_sum(s, lambda i: layers[i].backward_input_s + (layers[i].forward_s if i in recompute else 0.0))
+        return layer_sum(s, lambda i: layers[i].backward_weight_s)
 
     def params(s: int) -> float:
         lo, hi = ranges[s]
         return float(sum(layers[i].param_bytes for i in range(lo, hi)))
 
     def send(s: int, towards_next: bool) -> float:
+        peer = s + 1 if towards_next else s - 1
         boundary = ranges[s][1] - 1 if towards_next else ranges[s][0] - 1
-        nbytes = share(s) * layers[boundary].output_bytes
-        peer_stage = s + 1 if towards_next else s - 1
-        bw, lat = cluster.link(ranks[s][0], ranks[peer_stage][0])
-        return nbytes / bw + lat
+        bw, lat = cluster.link(ranks[lane_of[s]][0], ranks[lane_of[peer]][0])
+        return share_of[s] * layers[boundary].output_bytes / bw + lat
 
     hides = layout.hides_allreduce and not cluster.comm_uses_compute
 
-    def step(s: int) -> float:
-        ar = cluster.allreduce_s(params(s), ranks[s])
-        exposed = max(0.0, ar - bwd(s)) if hides else ar
-        return exposed + opt_s * params(s)
+    def step(p: int) -> float:
+        lane_params = sum(params(s) for s in stages_of_lane[p])
+        ar = cluster.allreduce_s(lane_params, ranks[p])
+        exposed = max(0.0, ar - min(bwd(s) for s in stages_of_lane[p])) if hides else ar
+        return exposed + opt_s * lane_params
 
-    def cost(s: int, a: sch.Action) -> float:
+    def cost(p: int, a: sch.Action) -> float:
+        s = p if a.stage is None else a.stage
         if a.op == sch.FWD:
             return fwd(s)
         if a.op == sch.BWD:
             return bwd(s)
+        if a.op in (sch.BWD_I, sch.BWD_W):
+            return bwd_part(s, a)
         if a.op == sch.SEND_F:
             return send(s, True)
         if a.op == sch.SEND_B:
             return send(s, False)
         if a.op == sch.STEP:
-            return step(s)
+            return step(p)
         return 0.0
 
     if layout.schedule == ASYNC:
@@ -213,39 +245,62 @@ def predict(profile: Profile, cluster: Cluster, layout: SimLayout, world_size: i
         window = slice(2 * S, n - S)
         iteration = max((v[window][-1] - v[window][0]) / (len(v[window]) - 1) for v in steps.values())
     else:
-        timeline = sch.simulate(sch.SCHEDULES[layout.schedule](S, micro_batches), cost, cluster.comm_uses_compute)
+        timeline = sch.simulate(lists, cost, cluster.comm_uses_compute, placement=lane_of)
         iteration = timeline.makespan
     span = timeline.makespan
-    bubble = sum(timeline.idle_fraction(s) for s in range(S)) / S
-    comm = max(sum(e.end - e.start for e in timeline.stage_events(s) if e.action.op in (sch.SEND_F, sch.SEND_B, sch.STEP))
-               for s in range(S)) * (iteration / span)
+    bubble = sum(timeline.idle_fraction(p) for p in range(P)) / P
+    comm = max(sum(e.end - e.start for e in timeline.stage_events(p) if e.action.op in (sch.SEND_F, sch.SEND_B, sch.STEP))
+               for p in range(P)) * (iteration / span)
+
+    def kept(s: int) -> float:  # bytes one micro-batch leaves on stage s until its backward
+        lo, hi = ranges[s]
+        return share_of[s] * sum(layers[i].input_bytes if i in recompute else layers[i].saved_bytes
+                                 for i in range(lo, hi))
 
     memory = []
-    for s in range(S):
-        lo, hi = ranges[s]
-        kept = sum(layers[i].input_bytes if i in recompute else layers[i].saved_bytes for i in range(lo, hi))
-        in_flight = timeline.max_in_flight(s)
-        p = params(s)
-        stash = in_flight * p if layout.stashes_weights and s < S - 1 else 0.0
-        memory.append(p * (2 + profile.optimizer_state_per_param_byte) + stash + in_flight * share(s) * kept)
+    for p in range(P):
+        resident = sum(params(s) for s in stages_of_lane[p])
+        stash = 0.0
+        if layout.stashes_weights and p < S - 1:
+            stash = timeline.max_in_flight(p) * resident
+        memory.append(resident * (2 + profile.optimizer_state_per_param_byte) + stash + timeline.peak_live(p, kept))
     return Prediction(layout.strategy, world_size, global_batch, micro_batches, list(replicas), list(boundaries),
                       iteration, bubble, comm, memory, timeline)
 
 
-def replayed_bubble(schedules: list[list[sch.Action]], forward_s: list[float], backward_s: list[float],
-                    step_s: list[float]) -> float | None:
-    """The idle fraction of ``schedules`` replayed with these per-stage costs (one forward and one
-    backward per micro-batch, one optimizer step), transfers free: the bubble the schedule itself
-    leaves a run whose stages take these times. A run's measured idle above it is what the replay
-    leaves out (transfers, waiting on peers, per-action overhead). The optimizer step counts as
-    work, as it does in the measured figure."""
-    costs = {sch.FWD: forward_s, sch.BWD: backward_s, sch.STEP: step_s}
-    timeline = sch.simulate(schedules, lambda s, a: costs[a.op][s] if a.op in costs else 0.0)
-    stages = len(schedules)
+def replayed_bubble(schedules: list[list[sch.Action]], busy: list[dict[str, float]],
+                    placement: list[int] | None = None) -> float | None:
+    """The idle fraction of ``schedules`` replayed with the time each list (a stage, or a rank
+    holding several) spent computing in a profiled step, transfers free: the bubble the schedule
+    itself leaves a run whose stages take these times. A run's measured idle above it is what
+    the replay leaves out (transfers, waiting on peers, per-action overhead).
+
+    ``busy[lane]`` holds the measured seconds of each kind of work (``F``, ``B``, ``STEP``, and
+    ``I`` and ``W`` where a split backward's parts were timed apart); each kind's time is shared
+    among the lane's actions of that kind, a backward's parts by the share of the backward each
+    computes (one pool for all backward actions where the parts were not timed apart). The
+    optimizer step counts as work, as it does in the measured figure."""
+    backward = (sch.BWD, sch.BWD_I, sch.BWD_W)
+
+    def weight(a: sch.Action) -> float:
+        return torch_schedules.backward_part(a) if a.op in backward else 1.0
+
+    per_action = []
+    for acts, spent in zip(schedules, busy):
+        split = sch.BWD_I in spent or sch.BWD_W in spent
+        pool = {op: op if split or op not in backward else sch.BWD for op in {a.op for a in acts}}
+        totals: dict[str, float] = {}
+        for a in acts:
+            totals[pool[a.op]] = totals.get(pool[a.op], 0.0) + weight(a)
+        unit = {op: spent.get(op, 0.0) / total for op, total in totals.items() if total > 0}
+        per_action.append({op: unit.get(kind, 0.0) for op, kind in pool.items()})
+    timeline = sch.simulate(schedules, lambda p, a: per_action[p].get(a.op, 0.0) * weight(a), placement=placement)
     if timeline.makespan <= 0:
         return None
-    busy = sum(e.end - e.start for s in range(stages) for e in timeline.stage_events(s) if e.action.op in costs)
-    return 1 - busy / (stages * timeline.makespan)
+    lanes = len(schedules)
+    work = (sch.STEP, *sch.COMPUTE)
+    done = sum(e.end - e.start for p in range(lanes) for e in timeline.stage_events(p) if e.action.op in work)
+    return 1 - done / (lanes * timeline.makespan)
 
 
 def scaled_profile(profile: Profile, cluster: Cluster, network: Network) -> Profile:

@@ -20,7 +20,11 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 # GPU: a CUDA rank's kernels in its profiled step (the device's work is not split by action)
-_COLORS = {"F": "#4C72B0", "B": "#DD8452", "STEP": "#55A868", "RECV": "#C7C7C7", "SEND": "#8172B3", "GPU": "#937860"}
+# I, W: the input- and weight-gradient parts of a split backward (zero-bubble schedules)
+_COLORS = {"F": "#4C72B0", "B": "#DD8452", "I": "#E8A87C", "W": "#C44E52", "STEP": "#55A868", "RECV": "#C7C7C7",
+           "SEND": "#8172B3", "GPU": "#937860"}
+_LEGEND = ["forward", "backward", "backward: input grads", "backward: weight grads", "optimizer step",
+           "receive / idle", "send", "GPU kernels"]
 
 
 def _save(fig, out_dir: str, name: str) -> list[str]:
@@ -93,10 +97,17 @@ def curves(records: list[dict], out_dir: str) -> list[str]:
 
 
 def _kind(label: str) -> str:
-    for prefix in ("RECV", "SEND", "STEP", "GPU", "F", "B"):
+    for prefix in ("RECV", "SEND", "STEP", "GPU", "F", "B", "I", "W"):
         if label.startswith(prefix):
             return prefix
     return "STEP"
+
+
+def _stages(layout: dict) -> str:
+    """'stage 1', or 'stages 0, 3' for a rank of a multi-stage schedule."""
+    if len(layout.get("stages") or ()) > 1:
+        return "stages " + ", ".join(map(str, layout["stages"]))
+    return f"stage {layout.get('stage', '?')}"
 
 
 def _run_name(record: dict) -> str:
@@ -119,18 +130,17 @@ def timeline(record: dict, out_dir: str, name: str | None = None, key: str = "ev
             start, end = start - origin, end - origin
             kind = _kind(label)
             ax.barh(row, max(end - start, 1e-5) * 1e3, left=start * 1e3, color=_COLORS[kind], edgecolor="white", lw=0.3)
-            if kind in ("F", "B") and end - start > 0.004:
+            if kind in ("F", "B", "I", "W") and end - start > 0.004:
                 ax.text((start + end) / 2 * 1e3, row, label.rstrip("*"), ha="center", va="center", fontsize=6)
     ax.set_yticks(range(len(ranks)))
-    ax.set_yticklabels([f"rank {r['rank']} (stage {r.get('layout', {}).get('stage', '?')})" for r in ranks], fontsize=8)
+    ax.set_yticklabels([f"rank {r['rank']} ({_stages(r.get('layout', {}))})" for r in ranks], fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel("time in the step (ms)")
     what = "waiting (grey), sends" if key == "events" else "idle (blank), profiled step"
     ax.set_title(f"{record.get('strategy')} w={record.get('world_size')}: forward, backward, optimizer, {what}",
                  fontsize=9)
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in _COLORS.values()]
-    ax.legend(handles, ["forward", "backward", "optimizer step", "receive / idle", "send", "GPU kernels"], fontsize=7,
-              loc="upper center", bbox_to_anchor=(0.5, -0.35), ncol=6, frameon=False)
+    ax.legend(handles, _LEGEND, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.35), ncol=4, frameon=False)
     prefix = "timeline" if key == "events" else "timeline_profiled"
     return _save(fig, out_dir, name or f"{prefix}_{_run_name(record)}")
 

@@ -143,7 +143,7 @@ def train(spec: RunSpec, ctx: comm_mod.DistContext, progress: bool = True, local
         "boundaries": strategy.partition.boundaries if strategy.partition else None,
         "partition_source": strategy.partition.source if strategy.partition else None,
         "replicas": replicas,
-        **_bubbles(gathered, replicas, strategy, spec.train.micro_batches),
+        **_bubbles(gathered, replicas, strategy),
         **_host_use(ctx.device.type, local_world),
         "per_rank": gathered,
     }
@@ -174,7 +174,7 @@ def _replicas_per_stage(layouts: list[dict], partition) -> list[int]:
     return [len(layouts)]
 
 
-def _bubbles(gathered: list[dict], replicas: list[int], strategy, micro_batches: int) -> dict:
+def _bubbles(gathered: list[dict], replicas: list[int], strategy) -> dict:
     """The measured idle fraction (mean over ranks, from the profiled step; none where one process
     drives several stages, as its thread's idle is no device's), the analytic one for this
     schedule, and the replica all-reduce hidden under backward (mean over ranks that have one)."""
@@ -184,30 +184,25 @@ def _bubbles(gathered: list[dict], replicas: list[int], strategy, micro_batches:
     same_host = len({r["host"] for r in gathered}) == 1
     fractions = job_idle_fractions(idles) if same_host else [i["idle_fraction"] for i in idles]
     measured = len(idles) == len(gathered) >= len(replicas)
-    schedule = strategy.replayed_schedule(strategy.spec, len(replicas)) if measured else None
+    replay = strategy.replayed_schedule(strategy.spec, len(replicas)) if measured else None
     return {"bubble_measured": sum(fractions) / len(fractions) if measured else None,
             "bubble_per_rank": fractions if measured else None,
-            "bubble_analytic": strategy.analytic_bubble(len(replicas), micro_batches),
-            "bubble_replayed": _replayed(schedule, gathered, micro_batches) if schedule else None,
+            "bubble_analytic": strategy.analytic_bubble(strategy.spec, len(replicas)),
+            "bubble_replayed": _replayed(*replay, gathered) if replay else None,
             "hidden_allreduce_s": sum(hidden) / len(hidden) if hidden else None}
 
 
-def _replayed(schedule, gathered: list[dict], micro_batches: int) -> float | None:
-    """The schedule replayed by the simulator with the forward, backward and optimizer time each
-    stage spent in the profiled step (mean over its replicas); None where the profile does not
-    split the time by kind (a GPU's kernels)."""
-    if not all({"F", "B"} <= set(r["idle"]["busy_s"]) for r in gathered):
+def _replayed(schedule, placement, gathered: list[dict]) -> float | None:
+    """The schedule replayed by the simulator with the time of each kind (forward, backward and its
+    parts, optimizer) each rank position of the pipeline spent in the profiled step (mean over its
+    replicas); None where the profile does not split the time by kind (a GPU's kernels)."""
+    if not all({"F"} <= set(r["idle"]["busy_s"]) for r in gathered):
         return None
-
-    def per_stage(kind: str, per: int) -> list[float]:
-        out = []
-        for s in range(len(schedule)):
-            busy = [r["idle"]["busy_s"].get(kind, 0.0) for r in gathered if r["layout"]["stage"] == s]
-            out.append(sum(busy) / len(busy) / per)
-        return out
-
-    return replayed_bubble(schedule, per_stage("F", micro_batches), per_stage("B", micro_batches),
-                           per_stage("STEP", 1))
+    busy = []
+    for lane in range(len(schedule)):
+        ranks = [r["idle"]["busy_s"] for r in gathered if r["layout"]["stage"] == lane]
+        busy.append({kind: sum(b.get(kind, 0.0) for b in ranks) / len(ranks) for kind in set().union(*ranks)})
+    return replayed_bubble(schedule, busy, placement)
 
 
 def _host_use(device: str, local_world: int) -> dict:

@@ -6,6 +6,13 @@ simulator replays the same lists with a cost per action, which is how tests
 prove deadlock-freedom and bubble sizes without processes, and how the
 scale-out simulator predicts runs it cannot make.
 
+Where a rank holds several stages (interleaved and V-shaped schedules,
+:mod:`harness.runtime.torch_schedules`) the lists are one per rank and each
+action names its stage (``Action.stage``); the simulator is told which rank
+holds which stage. The zero-bubble family splits a backward into its
+input-gradient part (``I``, what the previous stage waits for) and its
+weight-gradient part (``W``, free to fill a bubble).
+
 Semantics shared by the executor and the simulator: sends never block (they
 complete in the background and are waited at the end of the iteration); a
 receive blocks until the matching send has been issued by the adjacent stage.
@@ -18,6 +25,8 @@ from typing import Callable
 
 # op codes
 RECV_F, FWD, SEND_F, RECV_B, BWD, SEND_B, STEP = "RECV_F", "F", "SEND_F", "RECV_B", "B", "SEND_B", "STEP"
+BWD_I, BWD_W = "I", "W"  # a backward split: input gradients, then weight gradients
+COMPUTE = (FWD, BWD, BWD_I, BWD_W)
 
 
 @dataclass(frozen=True)
@@ -26,11 +35,14 @@ class Action:
     micro: int = -1
     # on a backward: start the bucketed gradient all-reduce as gradients become final
     reduce: bool = False
+    # the stage acted on, in lists of a rank that holds several; None: the list's own stage
+    stage: int | None = None
 
     def __str__(self) -> str:
         if self.op == STEP:
             return "STEP" if self.micro < 0 else f"STEP{self.micro}"
-        return f"{self.op}{self.micro}" + ("*" if self.reduce else "")
+        prefix = "" if self.stage is None else str(self.stage)  # torch pipelining's notation: 2F0
+        return f"{prefix}{self.op}{self.micro}" + ("*" if self.reduce else "")
 
 
 def _forward(stage: int, num_stages: int, k: int) -> list[Action]:
@@ -140,7 +152,7 @@ class Deadlock(RuntimeError):
 
 @dataclass
 class Event:
-    stage: int
+    stage: int  # the list that ran it: a stage, or a rank where a rank holds several stages
     action: Action
     start: float
     end: float
@@ -158,30 +170,43 @@ class Timeline:
         return [e for e in self.events if e.stage == stage]
 
     def busy(self, stage: int) -> float:
-        return sum(e.end - e.start for e in self.stage_events(stage) if e.action.op in (FWD, BWD))
+        return sum(e.end - e.start for e in self.stage_events(stage) if e.action.op in COMPUTE)
 
     def idle_fraction(self, stage: int) -> float:
         return 1.0 - self.busy(stage) / self.makespan
 
-    def max_in_flight(self, stage: int) -> int:
-        """Most micro-batches forwarded but not yet backwarded at once on ``stage``."""
-        live = peak = 0
+    def max_in_flight(self, stage: int, of: int | None = None) -> int:
+        """Most micro-batches forwarded but not yet backwarded at once on list ``stage`` (only
+        those of stage ``of``, where the list holds several stages)."""
+        return int(self.peak_live(stage, lambda s: 1.0 if of is None or s == of else 0.0))
+
+    def peak_live(self, stage: int, held: Callable[[int], float]) -> float:
+        """The most that list ``stage`` holds at once when each micro-batch forwarded on stage s
+        holds ``held(s)`` until its backward (a split backward releases it at the weight part,
+        which still needs the saved activations)."""
+        live = peak = 0.0
         for e in self.stage_events(stage):
+            on = stage if e.action.stage is None else e.action.stage
             if e.action.op == FWD:
-                live += 1
+                live += held(on)
                 peak = max(peak, live)
-            elif e.action.op == BWD:
-                live -= 1
+            elif e.action.op in (BWD, BWD_W):
+                live -= held(on)
         return peak
 
 
 def unit_cost(stage: int, action: Action) -> float:
-    """Forward and backward take one unit; transfers and the step are free."""
-    return 1.0 if action.op in (FWD, BWD) else 0.0
+    """The textbook balanced pipeline (the zero-bubble papers' assumption): a forward takes one
+    unit, each half of a backward (input and weight gradients) one, a whole backward two;
+    transfers and the step are free."""
+    return _UNIT.get(action.op, 0.0)
+
+
+_UNIT = {FWD: 1.0, BWD: 2.0, BWD_I: 1.0, BWD_W: 1.0}
 
 
 def simulate(schedules: list[list[Action]], cost: Callable[[int, Action], float] = unit_cost,
-             blocking_sends: bool = False) -> Timeline:
+             blocking_sends: bool = False, placement: list[int] | None = None) -> Timeline:
     """Replay per-stage action lists; raise Deadlock if they cannot all finish.
 
     Each stage runs its list in order. A send's cost is its transfer time: the
@@ -191,8 +216,13 @@ def simulate(schedules: list[list[Action]], cost: Callable[[int, Action], float]
     process copies the message itself). A receive waits for the matching send
     of the adjacent stage (same kind and micro-batch, FIFO) to arrive. Every
     send must be received and every receive sent, or it is an error.
+
+    ``placement`` (stage -> list) is for lists of ranks that hold several stages: an action
+    acts on its ``stage``, and a send goes to the next (or previous) stage wherever it lives.
+    Adjacent stages on one rank pass tensors without a send, in list order.
     """
     n = len(schedules)
+    stages = len(placement) if placement is not None else n
     pc = [0] * n
     clock = [0.0] * n
     arrived: dict[tuple[str, int, int], list[float]] = {}  # (kind, micro, dst stage) -> arrival times
@@ -203,16 +233,17 @@ def simulate(schedules: list[list[Action]], cost: Callable[[int, Action], float]
             while pc[s] < len(schedules[s]):
                 a = schedules[s][pc[s]]
                 start = clock[s]
+                here = s if a.stage is None else a.stage
                 if a.op in (RECV_F, RECV_B):
-                    key = ("F" if a.op == RECV_F else "B", a.micro, s)
+                    key = ("F" if a.op == RECV_F else "B", a.micro, here)
                     if not arrived.get(key):
                         break  # blocked until the peer sends
                     start = max(start, arrived[key].pop(0))
                     end = start
                 elif a.op in (SEND_F, SEND_B):
-                    dst = s + 1 if a.op == SEND_F else s - 1
-                    if not 0 <= dst < n:
-                        raise Deadlock(f"stage {s} sends {a} to a stage that does not exist")
+                    dst = here + 1 if a.op == SEND_F else here - 1
+                    if not 0 <= dst < stages:
+                        raise Deadlock(f"stage {here} sends {a} to a stage that does not exist")
                     arrival = start + cost(s, a)
                     end = arrival if blocking_sends else start
                     arrived.setdefault(("F" if a.op == SEND_F else "B", a.micro, dst), []).append(arrival)

@@ -114,7 +114,7 @@ class AshPipeStrategy(Strategy):
         return max(1, spec.train.global_batch // (min(st.replicas) if st.replicas is not None else spec.world_size))
 
     @classmethod
-    def analytic_bubble(cls, stages: int, micro_batches: int) -> float:
+    def analytic_bubble(cls, spec, stages: int) -> float:
         # no flush: once the pipeline is full every stage has work at every step
         return 0.0
 

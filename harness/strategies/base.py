@@ -31,7 +31,7 @@ from __future__ import annotations
 import contextlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, ClassVar, Iterable, Optional
+from typing import Any, ClassVar, Iterable, Optional, Sequence
 
 import torch
 from torch import nn
@@ -124,20 +124,22 @@ class Strategy(ABC):
         return ""
 
     @classmethod
-    def analytic_bubble(cls, stages: int, micro_batches: int) -> float:
-        """The idle fraction a balanced pipeline of this kind has on paper: (p - 1) / (m + p - 1)
-        for a synchronous pipeline that flushes every step (0 without stages to wait for)."""
-        return (stages - 1) / (micro_batches + stages - 1)
+    def analytic_bubble(cls, spec, stages: int) -> float:
+        """The idle fraction a balanced pipeline of this kind has on paper, over ``stages`` ranks
+        per pipeline: (p - 1) / (m + p - 1) for a synchronous pipeline that flushes every step
+        (0 without stages to wait for)."""
+        return (stages - 1) / (spec.train.micro_batches + stages - 1)
 
     @classmethod
-    def replayed_schedule(cls, spec, stages: int) -> list[list[sch.Action]] | None:
-        """The action lists a run of this strategy follows, to replay its measured per-stage costs
-        (``bubble_replayed``): a pipeline's ``strategy.schedule`` over ``train.micro_batches``; None
-        where there is no synchronous pipeline schedule to replay."""
+    def replayed_schedule(cls, spec, stages: int) -> tuple[list[list[sch.Action]], list[int] | None] | None:
+        """The action lists a run of this strategy follows, one per rank position of a pipeline, to
+        replay its measured costs (``bubble_replayed``), with the rank position of each stage where
+        a rank holds several (else None): a pipeline's ``strategy.schedule`` over
+        ``train.micro_batches``; None where there is no synchronous pipeline schedule to replay."""
         schedule = getattr(spec.strategy, "schedule", None)
         if stages < 2 or schedule not in sch.SCHEDULES:
             return None
-        return sch.SCHEDULES[schedule](stages, spec.train.micro_batches)
+        return sch.SCHEDULES[schedule](stages, spec.train.micro_batches), None
 
     @classmethod
     def simulated(cls, spec, profile: Profile, cluster: Cluster) -> SimLayout:
@@ -192,8 +194,9 @@ class Strategy(ABC):
         with the share of the global batch it recomputes (for the hardware FLOPs, HFU)."""
         return {}
 
-    def owned_layers(self) -> range:
-        """Indices of the layers whose parameters this rank holds (all, unless a pipeline stage)."""
+    def owned_layers(self) -> Sequence[int]:
+        """Indices of the layers whose parameters this rank holds, ascending (all, unless a pipeline
+        stage; not always contiguous where a rank holds several stages)."""
         return range(len(self.layers))
 
     def state_dict_for_check(self) -> dict[str, torch.Tensor]:
@@ -207,9 +210,9 @@ class Strategy(ABC):
 
     def load_checkpoint_state(self, state: dict) -> None:
         if state["layers"] != list(self.owned_layers()):
-            raise ConfigError(f"the checkpoint holds layers {state['layers'][0]}..{state['layers'][-1]} but this rank "
-                              f"owns {self.owned_layers().start}..{self.owned_layers().stop - 1}; resume with the same "
-                              "strategy, world size and stage boundaries")
+            raise ConfigError(f"the checkpoint holds layers {state['layers']} but this rank owns "
+                              f"{list(self.owned_layers())}; resume with the same strategy, world size and stage "
+                              "boundaries")
         params = named_parameters(self.layers, self.owned_layers())
         with torch.no_grad():
             for k, v in state["params"].items():

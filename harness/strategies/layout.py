@@ -59,14 +59,16 @@ def uniform_replicas(spec) -> list[int]:
     return [spec.world_size // stages] * stages
 
 
-def check_layout(spec, replicas: list[int]) -> None:
-    """Pre-launch checks common to every pipeline strategy."""
+def check_layout(spec, replicas: list[int], stages_per_rank: int = 1) -> None:
+    """Pre-launch checks common to every pipeline strategy (``replicas`` per rank position of a
+    pipeline; each position holds ``stages_per_rank`` stages)."""
     st, t = spec.strategy, spec.train
     n_layers = num_layers(spec.model)
-    stages = len(replicas)
+    stages = len(replicas) * stages_per_rank
     if stages > n_layers:
+        many = f" x strategy.stages_per_rank={stages_per_rank} = {stages} stages" if stages_per_rank > 1 else ""
         raise ConfigError(
-            f"strategy.stages={stages} exceeds the {n_layers} layers of {spec.model.name} "
+            f"strategy.stages={len(replicas)}{many} exceeds the {n_layers} layers of {spec.model.name} "
             f"(embedding, {spec.model.depth} blocks, head); use at most {n_layers} stages"
         )
     if any(r < 1 for r in replicas):
@@ -229,9 +231,10 @@ def pipeline_layout(spec, layers: list[nn.Module], ctx: DistContext, comm: Comm,
 
 def simulated_pipeline(spec, profile: Profile, replicas: list[int], schedule: str, *, hides_allreduce: bool,
                        recompute_rule="none", stashes_weights: bool = False,
-                       micro_batches: int | None = None) -> SimLayout:
+                       micro_batches: int | None = None, stages_per_rank: int = 1) -> SimLayout:
     """A pipeline strategy's layout for the simulator, cut by the same rule as a real run
-    (given boundaries, else balanced on the profile's per-layer costs)."""
+    (given boundaries, else balanced on the profile's per-layer costs into ``stages_per_rank``
+    stages per rank position)."""
     n = len(profile.layers)
     if n != num_layers(spec.model):
         raise ConfigError(f"the profile has {n} layers but {spec.model.name} as configured has {num_layers(spec.model)}; "
@@ -239,9 +242,10 @@ def simulated_pipeline(spec, profile: Profile, replicas: list[int], schedule: st
     boundaries = getattr(spec.strategy, "boundaries", None)
     if boundaries is None:
         costs = [l.forward_s + l.backward_s for l in profile.layers]
-        boundaries = balanced_boundaries(costs, len(replicas)) if len(replicas) > 1 else []
+        stages = len(replicas) * stages_per_rank
+        boundaries = balanced_boundaries(costs, stages) if stages > 1 else []
     ranges = stage_ranges(list(boundaries), n)
     return SimLayout(strategy=spec.strategy.name, replicas=list(replicas), boundaries=list(boundaries),
                      micro_batches=micro_batches or spec.train.micro_batches, schedule=schedule,
                      recompute=set(recompute_of_stages(recompute_rule, n, ranges)),
-                     hides_allreduce=hides_allreduce, stashes_weights=stashes_weights)
+                     hides_allreduce=hides_allreduce, stashes_weights=stashes_weights, stages_per_rank=stages_per_rank)

@@ -11,10 +11,21 @@ from tests.distributed.test_pipeline_equivalence import COMMON, _batch, run_layo
 # equal micro-batches: pipelining and DeepSpeed need global_batch divisible by replicas x micro-batches
 EVEN = [o if not o.startswith("train.global_batch") else "train.global_batch=16" for o in COMMON]
 
+MULTI_STAGE = ["interleaved_1f1b", "looped_bfs", "zero_bubble", "zbv", "dualpipev"]
 CASES = {
     "pipelining": {2: [["strategy.stages=2", "train.micro_batches=4"],
-                       ["strategy.stages=2", "train.micro_batches=2", "strategy.schedule=gpipe", "strategy.boundaries=[2]"]],
-                   4: [["strategy.stages=2", "train.micro_batches=2"]]},
+                       ["strategy.stages=2", "train.micro_batches=2", "strategy.schedule=gpipe", "strategy.boundaries=[2]"],
+                       # several stages per rank: each schedule, uneven cuts, recomputation, v=3
+                       *[["strategy.stages=2", "train.micro_batches=4", f"strategy.schedule={s}"] for s in MULTI_STAGE],
+                       ["strategy.stages=2", "train.micro_batches=4", "strategy.schedule=zbv", "strategy.recompute=auto",
+                        "strategy.boundaries=[1,2,5]"],
+                       ["strategy.stages=2", "train.micro_batches=4", "strategy.schedule=interleaved_1f1b",
+                        "strategy.stages_per_rank=3"]],
+                   # DDP across two pipelines (the zero-bubble family is refused there: test_config)
+                   4: [["strategy.stages=2", "train.micro_batches=2"],
+                       ["strategy.stages=2", "train.micro_batches=4", "strategy.schedule=interleaved_1f1b",
+                        "strategy.recompute=all"],
+                       ["strategy.stages=2", "train.micro_batches=4", "strategy.schedule=looped_bfs"]]},
     "deepspeed": {2: [["strategy.stages=2", "train.micro_batches=4"],
                       ["strategy.stages=2", "train.micro_batches=2", "strategy.partition_method=uniform"]],
                   4: [["strategy.stages=2", "train.micro_batches=2"]]},

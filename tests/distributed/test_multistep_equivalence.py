@@ -35,6 +35,10 @@ GROUPS = {
                              "strategy.recompute=auto"],
                   "pipelining": ["strategy=pipelining", "train.global_batch=16", "train.micro_batches=2"]}),
     "deepspeed": (2, 2, {"deepspeed": ["strategy=deepspeed", "train.global_batch=16", "train.micro_batches=2"]}),
+    # torch pipelining's multi-stage schedules: two stages per rank, loop and V placement
+    "pipelining_multi": (2, 2, {s: ["strategy=pipelining", f"strategy.schedule={s}", "train.global_batch=16",
+                                    "train.micro_batches=4"]
+                                for s in ("interleaved_1f1b", "looped_bfs", "zero_bubble", "zbv", "dualpipev")}),
     "w4": (4, 4, {"hippie_2x2": ["strategy=hippie", "strategy.stages=2", "train.global_batch=13",
                                  "train.micro_batches=2", "strategy.bucket_mb=0.01"]}),
     "gpipe": (2, 1, {"gpipe": ["strategy=gpipe", "train.global_batch=13", "train.micro_batches=3"]}),

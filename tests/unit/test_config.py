@@ -173,3 +173,24 @@ def test_every_closed_set_and_range_is_refused_in_one_place_naming_the_key(prefi
     overrides = [f"{prefix}{f.name}={_bad_value(f)}"] + ([f"strategy={strategy}"] if strategy else [])
     with pytest.raises(ConfigError, match=rf"^{re.escape(prefix + f.name)}=\S+ (is not one of|must be)"):
         make_spec(*overrides)
+
+
+@pytest.mark.parametrize("overrides,refusal", [
+    (["strategy.schedule=dualpipev", "train.micro_batches=2"], "at least as many microbatches as stages"),
+    (["strategy.schedule=zbv", "strategy.stages_per_rank=3"], "exactly 2 stages per rank"),
+    (["strategy.schedule=1f1b", "strategy.stages_per_rank=2"], "runs one stage per rank"),
+    (["strategy.schedule=interleaved_1f1b", "strategy.stages_per_rank=4"], "= 8 stages exceeds the 6 layers"),
+    (["strategy.schedule=zero_bubble", "world_size=4"], "pytorch/pytorch#144530"),
+    (["strategy.schedule=interleaved_1f1b", "train.micro_batches=3"], "divisible by 1 pipeline replica"),
+    (["strategy.schedule=interleaved", "train.micro_batches=4"], "is not one of gpipe, 1f1b, interleaved_1f1b"),
+])
+def test_each_pipelining_schedule_refuses_what_it_cannot_run_in_one_line(overrides, refusal):
+    with pytest.raises(ConfigError, match=refusal) as e:
+        make_spec("strategy=pipelining", "world_size=2", "train.micro_batches=4", *overrides)
+    assert "\n" not in str(e.value)
+
+
+def test_a_multi_stage_schedule_takes_two_stages_per_rank_unless_told():
+    spec = make_spec("strategy=pipelining", "world_size=2", "strategy.schedule=zbv", "train.micro_batches=4")
+    assert spec.strategy.stages_per_rank == 2
+    assert make_spec("strategy=pipelining", "world_size=2", "train.micro_batches=2").strategy.stages_per_rank == 1

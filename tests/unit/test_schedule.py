@@ -64,7 +64,7 @@ def test_gpipe_keeps_all_micro_batches_in_flight(p, m):
 @pytest.mark.parametrize("p,m", GRID)
 def test_unit_cost_idle_fraction_is_the_bubble_formula(name, p, m):
     timeline = sch.simulate(sch.SCHEDULES[name](p, m))
-    assert timeline.makespan == 2 * (m + p - 1)
+    assert timeline.makespan == 3 * (m + p - 1)  # a forward one unit, a backward two
     for s in range(p):
         assert timeline.idle_fraction(s) == pytest.approx((p - 1) / (m + p - 1))
 
@@ -72,8 +72,8 @@ def test_unit_cost_idle_fraction_is_the_bubble_formula(name, p, m):
 def test_text_timeline():
     text = sch.render(sch.simulate(sch.one_f_one_b(2, 3)))
     lines = text.splitlines()
-    assert lines[0].startswith("stage 0: F0  F1  .   B0  F2  B1  .   B2")
-    assert lines[1].startswith("stage 1: .   F0  B0  F1  B1  F2  B2")
+    assert lines[0].startswith("stage 0: F0  F1  .   .   B0  B0  F2  B1  B1  .   B2  B2")
+    assert lines[1].startswith("stage 1: .   F0  B0  B0  F1  B1  B1  F2  B2  B2")
 
 
 @pytest.mark.parametrize("replicas,batch,m", [((2, 1), 10, 1), ((1, 3), 7, 1), ((3, 2), 13, 2), ((2, 2), 12, 3)])

@@ -122,8 +122,30 @@ def test_a_replay_of_balanced_measured_costs_gives_the_analytic_bubble_and_imbal
     from harness.planning.simulator import replayed_bubble
     from harness.runtime import schedule as sch
 
+    def busy(m, forward, backward):  # seconds a stage spent on each kind in one step of m micro-batches
+        return {"F": m * forward, "B": m * backward, "STEP": 0.0}
+
     for m in (1, 4, 8):
-        balanced = replayed_bubble(sch.one_f_one_b(2, m), [1.0, 1.0], [2.0, 2.0], [0.0, 0.0])
+        balanced = replayed_bubble(sch.one_f_one_b(2, m), [busy(m, 1, 2), busy(m, 1, 2)])
         assert balanced == pytest.approx(1 / (m + 1))  # (p - 1) / (m + p - 1)
-    assert replayed_bubble(sch.one_f_one_b(2, 4), [1.0, 2.0], [2.0, 4.0], [0.0, 0.0]) > 0.2
-    assert replayed_bubble(sch.gpipe(2, 4), [1.0, 1.0], [2.0, 2.0], [0.0, 0.0]) == pytest.approx(0.2)
+    assert replayed_bubble(sch.one_f_one_b(2, 4), [busy(4, 1, 2), busy(4, 2, 4)]) > 0.2
+    assert replayed_bubble(sch.gpipe(2, 4), [busy(4, 1, 2), busy(4, 1, 2)]) == pytest.approx(0.2)
+
+
+def test_a_replay_of_a_ranks_several_stages_shares_its_time_among_them():
+    """Interleaved 1F1B with v=2: a rank's measured forward time is spread over its 2m forwards,
+    which gives (p-1)/(vm+p-1) when balanced; a zero-bubble schedule whose backward parts were
+    not timed apart shares the backward time among its I and W actions."""
+    from harness.planning.simulator import replayed_bubble
+    from harness.runtime import torch_schedules as ts
+
+    P, v, m = 2, 2, 4
+    busy = [{"F": v * m * 1.0, "B": v * m * 2.0, "STEP": 0.0}] * P
+    lists = [list(a) for a in ts.action_lists("interleaved_1f1b", P, v, m)]
+    assert replayed_bubble(lists, busy, ts.placement("interleaved_1f1b", P, v)) == pytest.approx((P - 1) / (v * m + P - 1))
+    zb = [list(a) for a in ts.action_lists("zero_bubble", P, v, m)]
+    zb_idle = replayed_bubble(zb, busy, ts.placement("zero_bubble", P, v))
+    assert 0 < zb_idle < (P - 1) / (v * m + P - 1)
+    # timed apart, the same work: rank 0's stage 0 does nothing in I and its whole backward in W
+    split = [{"F": 8.0, "I": 4.0, "W": 12.0, "STEP": 0.0}, {"F": 8.0, "I": 8.0, "W": 8.0, "STEP": 0.0}]
+    assert replayed_bubble(zb, split, ts.placement("zero_bubble", P, v)) == pytest.approx(zb_idle)
