@@ -24,9 +24,10 @@ from torch import nn
 from torchgpipe import GPipe
 
 from harness.errors import ConfigError
-from harness.metrics import optimizer_state_tensors
+from harness.metrics import optimizer_state_tensors, stage_annotation
 from harness.options import bounded, choice
 from harness.models import num_layers
+from harness.runtime import schedule as sch
 from harness.runtime.partition import stage_ranges
 from harness.strategies.base import EvalResult, Strategy, StrategyConfig
 from harness.strategies.layout import check_layout, resolve_boundaries, simulated_pipeline
@@ -130,7 +131,9 @@ class GPipeStrategy(Strategy):
         return {"parameters": list(self.model.parameters()), "optimizer_state": optimizer_state_tensors(self.optimizer)}
 
     def memory_step_context(self):
-        """On CPU, run torchgpipe's one worker thread inline for the measured step.
+        """The profiled step: each partition's forward runs inside its stage's span, so that each
+        partition's (device's) work and idle are measured apart (harness.metrics.compute_spans),
+        and on CPU torchgpipe's one worker thread runs inline.
 
         The profiler records CPU allocations of the profiling thread only, and
         torchgpipe computes forwards in a worker thread. On CPU all partitions
@@ -138,9 +141,16 @@ class GPipeStrategy(Strategy):
         cycle, so running its tasks inline does the same work in the same
         order, visible to the measurement. Timed steps keep the real threads.
         """
-        if self.ctx.device.type != "cpu":
-            return contextlib.nullcontext()
-        return _patched(torchgpipe.pipeline, "spawn_workers", _inline_workers)
+        stack = contextlib.ExitStack()
+        for j, partition in enumerate(self.model.partitions):
+            stack.enter_context(_annotated(partition, stage_annotation(j)))
+        if self.ctx.device.type == "cpu":
+            stack.enter_context(_patched(torchgpipe.pipeline, "spawn_workers", _inline_workers))
+        return stack
+
+    @classmethod
+    def replayed_schedule(cls, spec, stages: int):
+        return sch.gpipe(stages, spec.train.micro_batches), None
 
     def recomputed_layers(self):
         # torchgpipe checkpoints every partition's micro-batches: all of them, or all but the last
@@ -173,6 +183,27 @@ class _InlineQueue:
 def _inline_workers(devices):
     out_queues = [Queue() for _ in devices]
     yield [_InlineQueue(q) for q in out_queues], out_queues
+
+
+@contextlib.contextmanager
+def _annotated(module: nn.Module, name: str):
+    """Every forward of ``module`` (recomputations included) inside a profiler span ``name``."""
+    open_spans = []
+
+    def enter(_module, _args):
+        span = torch.autograd.profiler.record_function(name)
+        span.__enter__()
+        open_spans.append(span)
+
+    def leave(_module, _args, _output):
+        open_spans.pop().__exit__(None, None, None)
+
+    hooks = [module.register_forward_pre_hook(enter), module.register_forward_hook(leave)]
+    try:
+        yield
+    finally:
+        for hook in hooks:
+            hook.remove()
 
 
 @contextlib.contextmanager

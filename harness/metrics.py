@@ -30,7 +30,10 @@ all-reduce); idle fraction = 1 - compute / the step's span (per rank: its own sp
 for the job: the span of all its ranks on one machine). Annotations a library
 emits around its actions (torch pipelining's ``Forward i``) are looked into, not
 counted whole, since they enclose receives. The spans are kept, merged into
-forward, backward and optimizer blocks, for the timeline figure. The profiler's
+forward, backward and optimizer blocks, for the timeline figure. A process that
+drives several stages (torchgpipe) opens a span per stage around each stage's
+forward during this step (:func:`stage_annotation`); each stage's compute and
+idle are then measured apart, as if it were a rank. The profiler's
 memory recording slows operators a little, so this step's idle fraction is, if
 anything, lower than an unprofiled step's. On CUDA the same step is profiled with
 the device's activity: compute is the union of the kernels, copies and sets it ran
@@ -113,6 +116,9 @@ class StepMeter:
         self.breakdown: dict[str, int] | None = None
         self.idle: dict | None = None  # idle_fraction, compute_s, step_s (CPU)
         self.spans: list[tuple[str, float, float]] = []  # merged compute blocks, epoch seconds
+        # a process that drives several stages (torchgpipe): each stage's own idle and spans,
+        # {stage: {"idle": ..., "profiled_spans": ...}}; empty for a rank of one stage
+        self.stages: dict[int, dict] = {}
 
     @contextlib.contextmanager
     def measure_step(self, parts: Callable[[], dict[str, Iterable[torch.Tensor]]],
@@ -136,7 +142,7 @@ class StepMeter:
                     yield
                     torch.cuda.synchronize(self.device)  # inside the profile: its kernels are in it
                 peak = int(torch.cuda.max_memory_allocated(self.device))
-                self.spans, self.idle = device_spans(prof)
+                self.spans, self.idle, lanes = device_spans(prof)
             else:
                 # Memory events are recorded for the profiling thread only (profile_all_threads
                 # drops them in torch 2.14): strategies that compute in other threads run them
@@ -146,9 +152,10 @@ class StepMeter:
                                                         profile_memory=True) as prof:
                     yield
                 start, peak = _start_and_peak_total(prof, "cpu")
-                self.spans, self.idle = compute_spans(prof)
+                self.spans, self.idle, lanes = compute_spans(prof)
         finally:
             hook.remove()
+        self.stages = {j: {"idle": idle, "profiled_spans": spans} for j, (spans, idle) in lanes.items()}
         # gradients are gone by now (their addresses may be reused), so they are not deduplicated
         # against what is live at the end of the step
         named = parts()
@@ -191,14 +198,51 @@ _MERGE_GAP_NS = 100_000  # adjacent operators of one kind closer than this form 
 _LIBRARY_ACTION = re.compile(r"PP:\d+(F|B|I|W)\d+")
 
 
-def compute_spans(prof) -> tuple[list[tuple[str, float, float]], dict | None]:
+def stage_annotation(stage: int) -> str:
+    """The span name a process that drives several stages opens around each stage's forward, so
+    that each stage's work is measured apart (:func:`compute_spans`)."""
+    return f"pipebench.stage{stage}"
+
+
+_STAGE = re.compile(r"pipebench\.stage(\d+)")
+
+
+def compute_spans(prof) -> tuple[list[tuple[str, float, float]], dict | None, dict[int, tuple]]:
     """The profiled thread's compute blocks (``F``, ``B``, ``STEP``, and ``I`` and ``W`` for the
     parts of a split backward; epoch seconds) and its idle fraction over the profile (see the
-    module docstring)."""
-    ops: list[tuple[int, int, str]] = []
+    module docstring); and where the process drives several stages (forwards inside
+    :func:`stage_annotation` spans), each stage's own blocks and idle fraction, its backward
+    found by autograd's sequence numbers, which tie a backward node to the forward operator that
+    made it."""
+    ops: list[tuple[int, int, str, int | None]] = []
     first, last = None, None
+    stage_of_sequence: dict[int, int] = {}
 
-    def visit(node, kind: str, part: str | None) -> None:
+    def made_in(node, stage: int) -> None:  # the forward operators (and those inside) of a stage
+        if node.tag == _EventType.TorchOp and node.extra_fields.sequence_number >= 0:
+            stage_of_sequence[node.extra_fields.sequence_number] = stage
+        for child in node.children:
+            made_in(child, stage)
+
+    def _stage_inside(node, default: int | None) -> int | None:
+        """An operator outside any stage's span that holds one (a checkpoint running a stage's
+        forward, or the backward of such an operator) belongs to that stage: the first stage span
+        or operator of a known stage inside it."""
+        for child in sorted(node.children, key=lambda n: n.start_time_ns):
+            if child.tag != _EventType.TorchOp:
+                continue
+            annotated = _STAGE.fullmatch(child.name)
+            if annotated and child.extra_fields.scope == RecordScope.USER_SCOPE:
+                made_in(child, int(annotated.group(1)))
+                return int(annotated.group(1))
+            if stage_of_sequence.get(child.extra_fields.sequence_number) is not None:
+                return stage_of_sequence[child.extra_fields.sequence_number]
+            inner = _stage_inside(child, None)
+            if inner is not None:
+                return inner
+        return default
+
+    def visit(node, kind: str, part: str | None, stage: int | None) -> None:
         nonlocal first, last
         if node.tag != _EventType.TorchOp:
             return
@@ -208,30 +252,46 @@ def compute_spans(prof) -> tuple[list[tuple[str, float, float]], dict | None]:
         if name.startswith("Optimizer.step"):
             kind = "STEP"
         if node.extra_fields.scope == RecordScope.USER_SCOPE:  # an annotation: look inside
-            action = _LIBRARY_ACTION.fullmatch(name)
+            action, annotated = _LIBRARY_ACTION.fullmatch(name), _STAGE.fullmatch(name)
             for child in node.children:
-                visit(child, kind, action.group(1) if action else part)
+                visit(child, kind, action.group(1) if action else part,
+                      int(annotated.group(1)) if annotated else stage)
             return
         if any(word in name.lower() for word in _COMMUNICATION):
             return
         if kind == "F" and name.startswith("autograd::engine::evaluate_function"):
             kind = part if part in ("I", "W") else "B"
-        ops.append((node.start_time_ns, node.end_time_ns, kind))
+            found = stage_of_sequence.get(node.extra_fields.sequence_number)
+            stage = found if found is not None else _stage_inside(node, stage)
+        else:
+            if stage is None:  # an operator that runs a stage's forward inside it (a checkpoint)
+                stage = _stage_inside(node, None)
+            if stage is not None:
+                made_in(node, stage)
+        ops.append((node.start_time_ns, node.end_time_ns, kind, stage))
 
-    for root in prof.profiler.kineto_results.experimental_event_tree():
-        visit(root, "F", None)
-    return busy_blocks(ops, first, last)
+    for root in sorted(prof.profiler.kineto_results.experimental_event_tree(), key=lambda n: n.start_time_ns):
+        visit(root, "F", None, None)
+    spans, idle = busy_blocks([op[:3] for op in ops], first, last)
+    lanes = {j: busy_blocks([op[:3] for op in ops if op[3] == j], first, last)
+             for j in sorted({op[3] for op in ops if op[3] is not None})}
+    return spans, idle, lanes
 
 
-def device_spans(prof) -> tuple[list[tuple[str, float, float]], dict | None]:
+def device_spans(prof) -> tuple[list[tuple[str, float, float]], dict | None, dict[int, tuple]]:
     """On CUDA, the device's work in the profile (kernels, copies and sets, NCCL's kernels left
-    out as communication) as ``GPU`` blocks, and its idle fraction, as :func:`compute_spans`.
+    out as communication) as ``GPU`` blocks, and its idle fraction, as :func:`compute_spans`;
+    where the process drives several GPUs (torchgpipe), each GPU's own (keyed by its index).
     The device's timestamps are on the host's clock (CUPTI converts them), so ranks line up."""
-    ops = [(e.start_ns(), e.start_ns() + e.duration_ns(), "GPU") for e in prof.profiler.kineto_results.events()
+    ops = [(e.start_ns(), e.start_ns() + e.duration_ns(), "GPU", e.device_index())
+           for e in prof.profiler.kineto_results.events()
            if e.device_type() == torch.autograd.DeviceType.CUDA and not e.name().lower().startswith("nccl")]
     if not ops:
-        return [], None
-    return busy_blocks(ops, min(o[0] for o in ops), max(o[1] for o in ops))
+        return [], None, {}
+    first, last = min(o[0] for o in ops), max(o[1] for o in ops)
+    devices = sorted({o[3] for o in ops})
+    lanes = {d: busy_blocks([o[:3] for o in ops if o[3] == d], first, last) for d in devices} if len(devices) > 1 else {}
+    return (*busy_blocks([o[:3] for o in ops], first, last), lanes)
 
 
 def busy_blocks(ops: list[tuple[int, int, str]], first: int | None, last: int | None

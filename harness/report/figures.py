@@ -118,22 +118,27 @@ def _run_name(record: dict) -> str:
 def timeline(record: dict, out_dir: str, name: str | None = None, key: str = "events") -> list[str]:
     """Gantt chart of one step of every rank: ``events`` (our runtime's actions in its last timed
     step) or ``profiled_spans`` (any strategy's compute in its profiled step)."""
-    ranks = [r for r in record.get("per_rank", []) if r.get(key)]
-    if not ranks:
+    rows = []  # (label, spans): a rank, or each stage of a process that drives several
+    for r in record.get("per_rank", []):
+        if key == "profiled_spans" and r.get("stages"):
+            rows += [(f"rank {r['rank']} (stage {j})", st["profiled_spans"]) for j, st in r["stages"].items()]
+        elif r.get(key):
+            rows.append((f"rank {r['rank']} ({_stages(r.get('layout', {}))})", r[key]))
+    if not rows:
         return []
-    fig, ax = plt.subplots(figsize=(9, 0.6 * len(ranks) + 1.4))
+    fig, ax = plt.subplots(figsize=(9, 0.6 * len(rows) + 1.4))
     # event times are CLOCK_MONOTONIC seconds (profiled spans: epoch seconds), shared by the
     # ranks of one machine
-    origin = min(start for r in ranks for _, start, _ in r[key])
-    for row, r in enumerate(ranks):
-        for label, start, end in r[key]:
+    origin = min(start for _, spans in rows for _, start, _ in spans)
+    for row, (_, spans) in enumerate(rows):
+        for label, start, end in spans:
             start, end = start - origin, end - origin
             kind = _kind(label)
             ax.barh(row, max(end - start, 1e-5) * 1e3, left=start * 1e3, color=_COLORS[kind], edgecolor="white", lw=0.3)
             if kind in ("F", "B", "I", "W") and end - start > 0.004:
                 ax.text((start + end) / 2 * 1e3, row, label.rstrip("*"), ha="center", va="center", fontsize=6)
-    ax.set_yticks(range(len(ranks)))
-    ax.set_yticklabels([f"rank {r['rank']} ({_stages(r.get('layout', {}))})" for r in ranks], fontsize=8)
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels([label for label, _ in rows], fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel("time in the step (ms)")
     what = "waiting (grey), sends" if key == "events" else "idle (blank), profiled step"

@@ -102,6 +102,7 @@ def train(spec: RunSpec, ctx: comm_mod.DistContext, progress: bool = True, local
         "memory_breakdown": meter.breakdown,
         "idle": meter.idle,
         "profiled_spans": meter.spans,
+        "stages": meter.stages,  # one process driving several stages: each stage's own
         "peak_rss_bytes": peak_rss_bytes(),
         "peak_flops": peak,
         "recomputed_layers": strategy.recomputed_layers(),
@@ -175,33 +176,47 @@ def _replicas_per_stage(layouts: list[dict], partition) -> list[int]:
 
 
 def _bubbles(gathered: list[dict], replicas: list[int], strategy) -> dict:
-    """The measured idle fraction (mean over ranks, from the profiled step; none where one process
-    drives several stages, as its thread's idle is no device's), the analytic one for this
-    schedule, and the replica all-reduce hidden under backward (mean over ranks that have one)."""
-    idles = [r["idle"] for r in gathered if r.get("idle")]
+    """The measured idle fraction (mean over the pipeline's devices, from the profiled step: each
+    rank, or each stage of a process that drives several), the analytic one for this schedule,
+    the schedule replayed with the measured costs, and the replica all-reduce hidden under
+    backward (mean over ranks that have one)."""
+    units = _measured_units(gathered)
+    idles = [idle for _, idle, _ in units]
     hidden = [r["allreduce"]["hidden_allreduce_s"] for r in gathered if r.get("allreduce")]
     # one machine's ranks share the profiler's clock; across machines each rank's own span is used
-    same_host = len({r["host"] for r in gathered}) == 1
-    fractions = job_idle_fractions(idles) if same_host else [i["idle_fraction"] for i in idles]
-    measured = len(idles) == len(gathered) >= len(replicas)
+    same_host = len({host for _, _, host in units}) == 1
+    measured = bool(units) and all(idles) and len(units) >= len(replicas)
+    fractions = (job_idle_fractions(idles) if same_host else [i["idle_fraction"] for i in idles]) if measured else None
     replay = strategy.replayed_schedule(strategy.spec, len(replicas)) if measured else None
     return {"bubble_measured": sum(fractions) / len(fractions) if measured else None,
-            "bubble_per_rank": fractions if measured else None,
+            "bubble_per_rank": fractions,
             "bubble_analytic": strategy.analytic_bubble(strategy.spec, len(replicas)),
-            "bubble_replayed": _replayed(*replay, gathered) if replay else None,
+            "bubble_replayed": _replayed(*replay, units) if replay else None,
             "hidden_allreduce_s": sum(hidden) / len(hidden) if hidden else None}
 
 
-def _replayed(schedule, placement, gathered: list[dict]) -> float | None:
+def _measured_units(gathered: list[dict]) -> list[tuple]:
+    """(stage, idle, host) of every device the job ran on: each rank, or each stage of a process
+    that drives several (torchgpipe)."""
+    units = []
+    for r in gathered:
+        if r.get("stages"):
+            units += [(int(j), st["idle"], r["host"]) for j, st in sorted(r["stages"].items(), key=lambda kv: int(kv[0]))]
+        else:
+            units.append((r["layout"].get("stage"), r.get("idle"), r["host"]))
+    return units
+
+
+def _replayed(schedule, placement, units: list[tuple]) -> float | None:
     """The schedule replayed by the simulator with the time of each kind (forward, backward and its
     parts, optimizer) each rank position of the pipeline spent in the profiled step (mean over its
     replicas); None where the profile does not split the time by kind (a GPU's kernels)."""
-    if not all({"F"} <= set(r["idle"]["busy_s"]) for r in gathered):
+    if not all("F" in idle["busy_s"] for _, idle, _ in units):
         return None
     busy = []
     for lane in range(len(schedule)):
-        ranks = [r["idle"]["busy_s"] for r in gathered if r["layout"]["stage"] == lane]
-        busy.append({kind: sum(b.get(kind, 0.0) for b in ranks) / len(ranks) for kind in set().union(*ranks)})
+        spent = [idle["busy_s"] for stage, idle, _ in units if stage == lane]
+        busy.append({kind: sum(b.get(kind, 0.0) for b in spent) / len(spent) for kind in set().union(*spent)})
     return replayed_bubble(schedule, busy, placement)
 
 

@@ -41,7 +41,8 @@ def measured_step(ctx, spec, warmup: int = 1) -> dict:
                                                             lambda: host_only_tensors(strategy, layers, data)):
         strategy.train_step(x, y)
     strategy.finish_training()
-    return {"peak": meter.peak_bytes, **meter.breakdown, "batch": x.nbytes + y.nbytes, "idle": meter.idle}
+    return {"peak": meter.peak_bytes, **meter.breakdown, "batch": x.nbytes + y.nbytes, "idle": meter.idle,
+            "stages": meter.stages}
 
 
 def measure(ctx, specs, out_dir):
@@ -120,3 +121,24 @@ def test_measured_idle_follows_the_schedule_for_our_runtime_and_a_baseline(tmp_p
         for rank in range(2):
             assert sparse[rank] > dense[rank], (strategy, job)
         assert sum(sparse) / 2 > sum(dense) / 2 + 0.05, (strategy, job)
+
+
+def test_each_stage_a_process_drives_is_measured_apart_and_a_split_backward_in_its_parts(tmp_path):
+    """torchgpipe drives both partitions from one process: each partition's forward, recomputation
+    and backward are found (its stage span, autograd's sequence numbers) and nearly all of the
+    process's compute is given to one of them. torch pipelining's ZB-V: the library's action
+    spans tell the input- from the weight-gradient part of each backward."""
+    base = ["world_size=2", "train.global_batch=32", "train.micro_batches=4", "data.train_size=128",
+            "data.test_size=32"]
+    gpipe = {f"gpipe_{c}": make_spec("strategy=gpipe", f"strategy.checkpoint={c}", *base) for c in ("except_last", "never")}
+    (process,) = run(tmp_path, 1, gpipe)
+    for name, measured in process.items():
+        stages = measured["stages"]
+        assert sorted(stages) == ["0", "1"], name
+        work = {k: measured["idle"]["busy_s"][k] for k in ("F", "B")}
+        for kind, total in work.items():
+            split = [stages[j]["idle"]["busy_s"].get(kind, 0.0) for j in ("0", "1")]
+            assert sum(split) >= 0.9 * total and min(split) > 0.25 * total, (name, kind, split, total)
+    zbv = {"zbv": make_spec("strategy=pipelining", "strategy.schedule=zbv", *base)}
+    for rank in run(tmp_path, 2, zbv):
+        assert {"F", "I", "W"} <= set(rank["zbv"]["idle"]["busy_s"]), rank["zbv"]["idle"]["busy_s"]
