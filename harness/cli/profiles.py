@@ -3,6 +3,7 @@ simulate, preview)."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
 
@@ -10,10 +11,12 @@ import torch
 from omegaconf import DictConfig
 
 from harness.config.spec import RunSpec
+from harness.errors import ConfigError
 from harness.host import threads_per_process
 from harness.planning.planner import Profile
 from harness.planning.profiling import Workload, measure_profile
-from harness.planning.simulator import Cluster
+from harness.planning.simulator import Cluster, RuntimeOverhead, fit_runtime_overhead, predict
+from harness.run.calibrate import null_step_times
 
 
 def workload(spec: RunSpec) -> Workload:
@@ -25,11 +28,69 @@ def workload(spec: RunSpec) -> Workload:
                     train=spec.train, num_classes=spec.model.num_classes, precision=spec.train.precision)
 
 
-def profile_spec(spec: RunSpec) -> Profile:
+def profile_spec(spec: RunSpec, runtime: bool = False) -> Profile:
+    """The profile of ``spec`` on this host; with ``runtime``, also the host overheads of its
+    strategy's runtime (:func:`measure_runtime_overhead`)."""
     device = torch.device("cuda" if spec.device == "cuda" else "cpu")
-    return measure_profile(workload(spec), device)
+    profile = measure_profile(workload(spec), device)
+    if runtime:
+        profile.runtime = dataclasses.asdict(measure_runtime_overhead(spec, profile))
+    return profile
 
 
+# A model with the same layers (so the same stages, actions and parameter tensors) and almost no
+# arithmetic: one token of 8 features. Its runs cost what the runtime costs around the operators.
+_NULL_WIDTH = 8
+
+
+def null_spec(spec: RunSpec, micro_batches: int) -> RunSpec | None:
+    """``spec`` on the null model with ``micro_batches`` micro-batches; None where the strategy
+    cannot run that many."""
+    model = dataclasses.replace(spec.model, embed_dim=_NULL_WIDTH, num_heads=1, mlp_ratio=1.0,
+                                patch_size=spec.model.img_size)
+    train = dataclasses.replace(spec.train, micro_batches=micro_batches)
+    null = dataclasses.replace(spec, model=model, train=train, strategy=copy.deepcopy(spec.strategy),
+                               output_dir="", partition_dir="")
+    try:
+        null.strategy_cls.check(null)
+    except ConfigError:
+        return None
+    return null
+
+
+def measure_runtime_overhead(spec: RunSpec, profile: Profile) -> RuntimeOverhead:
+    """The per-action and per-step host costs of ``spec``'s strategy here: the strategy itself runs
+    on the null model (the same workers, schedule and global batch, timed as the worker times a
+    step; :mod:`harness.run.calibrate`) with its micro-batches and with twice as many (the action
+    count changes, the step count does not), and
+    :func:`harness.planning.simulator.fit_runtime_overhead` finds the costs that make the replays
+    of those runs, with the null model's own measured layers, take the time they took."""
+    device = torch.device("cuda" if spec.device == "cuda" else "cpu")
+    cluster = Cluster(name="this host", devices_per_node=spec.world_size, comm_uses_compute=device.type == "cpu",
+                      intra_node_gbps=profile.network.p2p_bytes_per_s / 1e9,
+                      inter_node_gbps=profile.network.p2p_bytes_per_s / 1e9, latency_us=profile.network.latency_s * 1e6)
+    nulls, seen = [], []
+    for count in (spec.train.micro_batches, 2 * spec.train.micro_batches):
+        null = null_spec(spec, count)
+        if null is None:
+            continue
+        layout = null.strategy_cls.simulated(null, profile, cluster)
+        if layout not in seen:  # a strategy whose actions do not follow the micro-batches (DP) runs once
+            nulls.append(null)
+            seen.append(layout)
+    measured = null_step_times(nulls)
+    # the null model's own layers at each run's micro-batch size; the per-sample costs of layers
+    # this small depend on it
+    profiles = [measure_profile(workload(null), device, network=profile.network) for null in nulls]
+    layouts = [null.strategy_cls.simulated(null, p, cluster) for null, p in zip(nulls, profiles)]
+    runs = [(layout, null.world_size, null.train.global_batch, t, p)
+            for layout, null, t, p in zip(layouts, nulls, measured, profiles)]
+    per_action, per_step = fit_runtime_overhead(cluster, runs)
+    calibration = [{"micro_batches": null.train.micro_batches, "measured_step_s": t,
+                    "replayed_step_s": predict(p, cluster, layout, null.world_size, null.train.global_batch,
+                                               overhead=(per_action, per_step)).iteration_s}
+                   for layout, null, t, p in zip(layouts, nulls, measured, profiles)]
+    return RuntimeOverhead(layouts[0].strategy, layouts[0].schedule, per_action, per_step, calibration)
 def default_path(spec: RunSpec) -> str:
     precision = "" if spec.train.precision == "fp32" else f"-{spec.train.precision}"
     return os.path.join("profiles", f"{spec.model.name}-{spec.device}{precision}.json")

@@ -131,6 +131,8 @@ class ClusterConfig:
     comm_uses_compute: bool = False
     # use the bandwidth and latency measured into the profile (simulating the profiled machine itself)
     use_profile_network: bool = False
+    # the profiled host itself: add the runtime's host overheads measured into the profile
+    host_overhead: bool = False
 
 
 @dataclass
@@ -139,6 +141,9 @@ class SimConfig:
     profile: Optional[str] = None
     # where python -m harness.profile writes (None: profiles/<model>-<device>.json)
     out: Optional[str] = None
+    # python -m harness.profile also measures the strategy's runtime overhead on this host (null-model
+    # runs of the strategy itself), which a prediction for this host (cluster=local_cpu) adds
+    runtime_overhead: bool = True
 
 
 def strategy_schema(classes) -> type:

@@ -76,6 +76,9 @@ class Profile:
     # measured optimizer update (AdamW) seconds per parameter byte
     optimizer_s_per_byte: float = 0.0
     version: int = PROFILE_VERSION
+    # the host's own costs of the runtime of the strategy profiled (per action, per step), measured
+    # on a null model (harness.planning.simulator.RuntimeOverhead's fields); None: not measured
+    runtime: dict | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1)
@@ -89,7 +92,7 @@ class Profile:
                        device=d["device"], batch=d["batch"],
                        optimizer_state_per_param_byte=d.get("optimizer_state_per_param_byte", 2.0),
                        meta=d.get("meta", {}), step_factor=d.get("step_factor", 1.0),
-                       optimizer_s_per_byte=d.get("optimizer_s_per_byte", 0.0))
+                       optimizer_s_per_byte=d.get("optimizer_s_per_byte", 0.0), runtime=d.get("runtime"))
 
 
 @dataclass

@@ -77,7 +77,9 @@ def profile_layers(layers: list[nn.Module], sample: torch.Tensor, repeats: int =
     cache: dict[tuple, LayerProfile] = {}
     out_profiles = []
     x = sample
-    for layer in layers:
+    for index, layer in enumerate(layers):
+        # as in training: the model's input needs no gradient, every later layer's does
+        needs_grad = index > 0 and x.is_floating_point()
         name = type(layer.layer if isinstance(layer, Autocast) else layer).__name__
         key = (name, tuple(tuple(p.shape) for p in layer.parameters()), tuple(x.shape))
         param_bytes = sum(p.numel() * p.element_size() for p in layer.parameters())
@@ -91,20 +93,25 @@ def profile_layers(layers: list[nn.Module], sample: torch.Tensor, repeats: int =
             for r in range(repeats + 1):
                 if r > 3 and spent > budget_s:  # large layers: enough samples for a stable median
                     break
-                inp = x.detach().requires_grad_(x.is_floating_point())
+                inp = x.detach().requires_grad_(needs_grad)
                 t0 = timer.mark()
                 y, saved = _saved_bytes(lambda: layer(inp))
                 t1 = timer.mark()
                 y.backward(torch.ones_like(y))
                 t2 = timer.mark()
                 # the same backward in the two parts the zero-bubble schedules run apart, by the
-                # functions torch pipelining runs them with
-                inp = x.detach().requires_grad_(x.is_floating_point())
+                # functions torch pipelining runs them with (the first layer has no input part:
+                # its weight part is the whole backward, as the library runs its first stage)
+                inp = x.detach().requires_grad_(needs_grad)
                 y = layer(inp)
                 t3 = timer.mark()
-                _, groups = stage_backward_input([y], [torch.ones_like(y)], [inp], layer.parameters())
-                t4 = timer.mark()
-                stage_backward_weight(layer.parameters(), groups)
+                if needs_grad:
+                    _, groups = stage_backward_input([y], [torch.ones_like(y)], [inp], layer.parameters())
+                    t4 = timer.mark()
+                    stage_backward_weight(layer.parameters(), groups)
+                else:
+                    t4 = timer.mark()
+                    y.backward(torch.ones_like(y))
                 t5 = timer.mark()
                 times = (timer.elapsed(t0, t1), timer.elapsed(t1, t2), timer.elapsed(t3, t4), timer.elapsed(t4, t5))
                 spent += sum(times)

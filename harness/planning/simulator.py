@@ -70,6 +70,9 @@ class Cluster:
     # communication runs on the cores that compute (gloo on CPUs): a send keeps its sender
     # busy and an all-reduce cannot hide behind the backward; GPUs with NCCL overlap both
     comm_uses_compute: bool = False
+    # the cluster is the profiled host itself: the runtime's host overheads measured into the
+    # profile (RuntimeOverhead) apply; a GPU runs its kernels behind the host's dispatch instead
+    host_overhead: bool = False
 
     @property
     def devices(self) -> int:
@@ -143,6 +146,23 @@ class Prediction:
                 "replicas": self.replicas, "boundaries": self.boundaries, "per_rank": ranks}
 
 
+@dataclass
+class RuntimeOverhead:
+    """What a runtime costs on the host outside any operator: per action (the library's or our
+    executor's dispatch and bookkeeping, posting a transfer, waiting on one) and per step (the
+    worker loop: the batch's slicing, the loss's read, the optimizer's Python, a data-parallel
+    meeting). Measured by running the strategy itself on a null model (the same layers, schedule,
+    micro-batches and workers, almost no arithmetic) and taking, by :func:`fit_runtime_overhead`,
+    the per-action and per-step costs that make the replay of those runs, with the null model's own
+    measured layer costs, take the time they took."""
+
+    strategy: str
+    schedule: str
+    per_action_s: float
+    per_step_s: float
+    calibration: list = field(default_factory=list)  # the null runs: micro-batches, measured and replayed step
+
+
 def _stage_ranks(replicas: list[int]) -> list[list[int]]:
     out, first = [], 0
     for n in replicas:
@@ -151,11 +171,23 @@ def _stage_ranks(replicas: list[int]) -> list[list[int]]:
     return out
 
 
-def predict(profile: Profile, cluster: Cluster, layout: SimLayout, world_size: int, global_batch: int) -> Prediction:
+def host_overhead(profile: Profile, cluster: Cluster, layout: SimLayout) -> tuple[float, float]:
+    """(per action, per step) seconds the replay adds: the profile's measured runtime overhead
+    where the cluster is the profiled host and the profile measured this strategy's runtime."""
+    rt = profile.runtime
+    if not cluster.host_overhead or not rt or (rt["strategy"], rt["schedule"]) != (layout.strategy, layout.schedule):
+        return 0.0, 0.0
+    return rt["per_action_s"], rt["per_step_s"]
+
+
+def predict(profile: Profile, cluster: Cluster, layout: SimLayout, world_size: int, global_batch: int,
+            overhead: tuple[float, float] | None = None) -> Prediction:
     """Replay ``layout``'s action lists with the profile's costs on ``cluster``.
 
     The lists are per rank position of the pipeline (a lane); where a lane holds several
-    stages (``stages_per_rank``) each action names its stage and costs that stage's work."""
+    stages (``stages_per_rank``) each action names its stage and costs that stage's work.
+    ``overhead`` (per action, per step; default: :func:`host_overhead`) is added to every
+    action but the step, and to the step."""
     layers = profile.layers
     n_layers = len(layers)
     replicas, recompute, micro_batches = list(layout.replicas), set(layout.recompute), layout.micro_batches
@@ -221,7 +253,12 @@ def predict(profile: Profile, cluster: Cluster, layout: SimLayout, world_size: i
         exposed = max(0.0, ar - min(bwd(s) for s in stages_of_lane[p])) if hides else ar
         return exposed + opt_s * lane_params
 
+    per_action, per_step = overhead if overhead is not None else host_overhead(profile, cluster, layout)
+
     def cost(p: int, a: sch.Action) -> float:
+        return work(p, a) + (per_step if a.op == sch.STEP else per_action)
+
+    def work(p: int, a: sch.Action) -> float:
         s = p if a.stage is None else a.stage
         if a.op == sch.FWD:
             return fwd(s)
@@ -303,9 +340,48 @@ def replayed_bubble(schedules: list[list[sch.Action]], busy: list[dict[str, floa
     return 1 - done / (lanes * timeline.makespan)
 
 
+def fit_runtime_overhead(cluster: Cluster, runs: list[tuple[SimLayout, int, int, float, Profile]]) -> tuple[float, float]:
+    """(per action, per step) seconds that make the replay of each null-model run ``(layout, world
+    size, global batch, measured step s, the null model's profile)`` take its measured time.
+
+    A per-step cost adds itself once to a replayed step (the optimizer step ends every list); a
+    per-action cost adds itself once per action on the critical path, which two runs with
+    different action counts (micro-batches) tell apart: the per-action cost is the one (found by
+    bisection, the replay being monotone in it) that leaves both runs the same remainder, and the
+    per-step cost is that remainder. With one run (or no difference) it is all per step; neither
+    is negative."""
+    def left(run, per_action: float) -> float:  # what a run's measured step leaves for the per-step cost
+        layout, world, batch, measured, profile = run
+        return measured - predict(profile, cluster, layout, world, batch, overhead=(per_action, 0.0)).iteration_s
+
+    per_action = 0.0
+    if len(runs) > 1:
+        few, many = runs[0], runs[-1]
+
+        def gap(o: float) -> float:  # > 0 while the run with more actions is left more: o too small
+            return left(many, o) - left(few, o)
+
+        if gap(0.0) > 0:
+            low, high = 0.0, max(run[3] for run in runs)
+            if gap(high) > 0:
+                low = high
+            for _ in range(60):
+                mid = (low + high) / 2
+                low, high = (mid, high) if gap(mid) > 0 else (low, mid)
+            per_action = (low + high) / 2
+    remainders = [left(run, per_action) for run in runs]
+    per_step = sum(remainders) / len(remainders)
+    if per_step < 0:  # the runs took less than their replays without overheads: nothing to add per step
+        per_step = 0.0
+    return per_action, per_step
+
+
 def scaled_profile(profile: Profile, cluster: Cluster, network: Network) -> Profile:
     """The profile as the cluster's devices would measure it (compute divided by ``compute_scale``),
     with the cluster's network: what a planner for that cluster should see."""
-    scaled = [type(l)(**{**asdict(l), "forward_s": l.forward_s / cluster.compute_scale,
-                         "backward_s": l.backward_s / cluster.compute_scale}) for l in profile.layers]
+    scale = cluster.compute_scale
+    scaled = [type(l)(**{**asdict(l), "forward_s": l.forward_s / scale, "backward_s": l.backward_s / scale,
+                         "backward_input_s": l.backward_input_s and l.backward_input_s / scale,
+                         "backward_weight_s": l.backward_weight_s and l.backward_weight_s / scale})
+              for l in profile.layers]
     return Profile(scaled, network, profile.device, profile.batch, profile.optimizer_state_per_param_byte)

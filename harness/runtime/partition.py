@@ -50,10 +50,11 @@ def measure_layer_costs(layers: list[nn.Module], sample: torch.Tensor, repeats: 
     timer = DeviceTimer(sample.device)
     costs = []
     x = sample
-    for layer in layers:
+    for index, layer in enumerate(layers):
         times = []
         for _ in range(repeats + 1):  # the first run warms up
-            inp = x.detach().requires_grad_(x.is_floating_point())
+            # as in training: the model's input needs no gradient
+            inp = x.detach().requires_grad_(index > 0 and x.is_floating_point())
             t0 = timer.mark()
             out = layer(inp)
             out.float().sum().backward()

@@ -149,3 +149,29 @@ def test_a_replay_of_a_ranks_several_stages_shares_its_time_among_them():
     # timed apart, the same work: rank 0's stage 0 does nothing in I and its whole backward in W
     split = [{"F": 8.0, "I": 4.0, "W": 12.0, "STEP": 0.0}, {"F": 8.0, "I": 8.0, "W": 8.0, "STEP": 0.0}]
     assert replayed_bubble(zb, split, ts.placement("zero_bubble", P, v)) == pytest.approx(zb_idle)
+
+
+@pytest.mark.parametrize("schedule,v", [("1f1b", 1), ("zbv", 2), ("interleaved_1f1b", 2)])
+def test_the_runtime_overhead_fit_recovers_the_costs_that_made_the_runs(schedule, v):
+    """Null-model runs made by the simulator with known per-action and per-step costs: the fit
+    finds those costs again from the step times alone (two micro-batch counts), and a prediction
+    for the host adds them only where the profile measured this strategy's runtime."""
+    from harness.planning.simulator import RuntimeOverhead, fit_runtime_overhead, host_overhead
+
+    cluster, profile = _free_network_cluster(), _uniform_profile(fwd=1e-5, bwd=2e-5)
+    profile.layers = [replace(l, backward_input_s=1.2e-5, backward_weight_s=1e-5) for l in profile.layers]
+    per_action, per_step = 4e-4, 1.5e-3
+    runs = []
+    for m in (4, 8):
+        layout = SimLayout("pipelining", [1, 1], None, m, schedule, set(), hides_allreduce=True, stages_per_rank=v)
+        made = predict(profile, cluster, layout, 2, 64, overhead=(per_action, per_step)).iteration_s
+        runs.append((layout, 2, 64, made, profile))
+    assert fit_runtime_overhead(cluster, runs) == pytest.approx((per_action, per_step), rel=1e-6)
+    # one run (or a strategy without micro-batches) can only say per step
+    assert fit_runtime_overhead(cluster, runs[:1])[0] == 0.0
+
+    layout = runs[0][0]
+    profile.runtime = vars(RuntimeOverhead("pipelining", schedule, per_action, per_step))
+    assert host_overhead(profile, replace(cluster, host_overhead=True), layout) == (per_action, per_step)
+    assert host_overhead(profile, cluster, layout) == (0.0, 0.0)  # a cluster other than this host
+    assert host_overhead(profile, replace(cluster, host_overhead=True), replace(layout, strategy="hippie")) == (0.0, 0.0)
