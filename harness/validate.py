@@ -1,21 +1,28 @@
 """``python -m harness.validate`` (``pipebench-validate``): the simulator against measured runs on this machine.
 
-Each repeat takes every validation configuration in turn: profile it (with its
-own settings), run it for real, predict it from that profile, all through the
-commands a user runs (``python -m harness.profile``, ``python -m harness``,
-``python -m harness.simulate``). A shared machine's speed drifts over tens of
-seconds, so one run can differ from the next of the same configuration by more
-than the simulator's own error; repeating the round spreads that drift over
-every configuration. The table gives, per configuration, the measured and
-predicted throughput (mean and spread over the repeats), the error of the means
-and the worst single-repeat error.
+Each repeat takes every validation configuration in turn: profile it (with its own
+settings, its strategy's runtime overhead included), run it for real, predict it from
+that profile, all through the commands a user runs (``python -m harness.profile``,
+``python -m harness``, ``python -m harness.simulate``). A shared machine's speed
+drifts over tens of seconds, so one run can differ from the next of the same
+configuration by more than the simulator's own error; repeating the round spreads that
+drift over every configuration. The configurations span two models (vit_micro, and
+vit_tiny where compute dominates), two global batches, 2, 4 and 8 micro-batches and
+every strategy that runs at 2 workers, torch pipelining's interleaved and zero-bubble
+schedules included. The table gives, per configuration, the measured and predicted
+throughput (mean and spread over the repeats), the error of the means and the worst
+single-repeat error; the summary gives how many configurations are within 10%, the
+mean signed error and whether the ranking is kept wherever measured throughputs of
+one model and batch differ by more than 10%.
 
-    python -m harness.validate --repeats 3 --out results/simulator_validation
+    python -m harness.validate --repeats 2 --out results/simulator_validation
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
+import itertools
 import json
 import os
 import subprocess
@@ -24,20 +31,45 @@ import time
 
 import pandas as pd
 
-# name -> overrides; all on 2 CPU workers with the same partition (layer 3 starts stage 1)
-CONFIGS = {
-    "dp": ["strategy=dp"],
-    "hippie": ["strategy=hippie", "strategy.recompute=none"],
-    "ashpipe": ["strategy=ashpipe", "strategy.replicas=[1,1]"],
-    "pipelining": ["strategy=pipelining"],
-}
-COMMON = ["world_size=2", "train.micro_batches=4", "strategy.boundaries=[3]", "train.warmup_steps=5",
-          "logger.mode=disabled"]
+# every configuration runs on 2 CPU workers; pipelines on a given cut (the runs and the
+# predictions must cut alike): vit_micro's 6 layers at [3] (2 stages) or [2, 3, 4] (two per
+# rank), vit_tiny's 14 at [7] or [4, 7, 10]
+_CUT = {"vit_micro": ("[3]", "[2,3,4]"), "vit_tiny": ("[7]", "[4,7,10]")}
+
+
+def _configs() -> dict[str, list[str]]:
+    out = {}
+
+    def add(model: str, batch: int, name: str, overrides: list[str], m: int | None = None, two_per_rank=False):
+        cut = _CUT[model][1 if two_per_rank else 0]
+        pipeline = [f"strategy.boundaries={cut}"] if not name.startswith("dp") else []
+        micro = [f"train.micro_batches={m}"] if m else []
+        label = f"{model} B={batch} {name}" + (f" m={m}" if m else "")
+        out[label] = [f"model={model}", f"train.global_batch={batch}", *overrides, *pipeline, *micro]
+
+    for model, batch, ms in (("vit_micro", 64, (2, 4, 8)), ("vit_micro", 32, (4,)), ("vit_tiny", 32, (2, 8))):
+        add(model, batch, "dp", ["strategy=dp"])
+        add(model, batch, "ashpipe", ["strategy=ashpipe", "strategy.replicas=[1,1]"])
+        for m in ms:
+            add(model, batch, "hippie", ["strategy=hippie", "strategy.recompute=none"], m)
+        for m in ms if model == "vit_micro" and batch == 64 else (4,):
+            add(model, batch, "pipelining", ["strategy=pipelining"], m)
+            add(model, batch, "deepspeed", ["strategy=deepspeed"], m)
+    add("vit_micro", 64, "pipelining interleaved_1f1b", ["strategy=pipelining", "strategy.schedule=interleaved_1f1b"], 4,
+        two_per_rank=True)
+    add("vit_micro", 64, "pipelining zbv", ["strategy=pipelining", "strategy.schedule=zbv"], 4, two_per_rank=True)
+    add("vit_tiny", 32, "pipelining zbv", ["strategy=pipelining", "strategy.schedule=zbv"], 4, two_per_rank=True)
+    return out
+
+
+CONFIGS = _configs()
+COMMON = ["world_size=2", "train.warmup_steps=5", "logger.mode=disabled"]
+TARGET, MEAN_TARGET, RANK_GAP = 0.10, 0.05, 0.10
 
 
 def _cli(module: str, args: list[str], cwd: str) -> None:
     proc = subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, capture_output=True, text=True,
-                          env={**os.environ, "WANDB_SILENT": "true"}, timeout=600)
+                          env={**os.environ, "WANDB_SILENT": "true"}, timeout=900)
     if proc.returncode != 0:
         raise RuntimeError(f"python -m {module} {' '.join(args)} failed:\n{proc.stderr[-3000:]}")
 
@@ -47,28 +79,29 @@ def _throughput(run_dir: str) -> float:
         return json.load(f)["throughput"]
 
 
-def validate_once(out: str, steps: int = 40, configs: dict[str, list[str]] = CONFIGS, cwd: str = ".") -> dict:
+def validate_once(out: str, steps: int = 30, configs: dict[str, list[str]] | None = None, cwd: str = ".") -> dict:
     """One repeat: each configuration profiled (at the samples its workers compute at a time,
-    as a profile is meant to be), measured, then predicted from that profile.
-    Returns {config: (measured samples/s, predicted samples/s)}."""
+    as a profile is meant to be, with its runtime's overhead), measured, then predicted from
+    that profile. Returns {config: (measured samples/s, predicted samples/s)}."""
     common = [*COMMON, f"train.steps={steps}"]
     pairs = {}
-    for name, overrides in configs.items():
-        profile = os.path.abspath(os.path.join(out, "profiles", f"{name}.json"))
-        measured_dir = os.path.abspath(os.path.join(out, "measured", name))
-        simulated_dir = os.path.abspath(os.path.join(out, "simulated", name))
+    for name, overrides in (configs or CONFIGS).items():
+        folder = name.replace(" ", "_").replace("=", "")
+        profile = os.path.abspath(os.path.join(out, "profiles", f"{folder}.json"))
+        measured_dir = os.path.abspath(os.path.join(out, "measured", folder))
+        simulated_dir = os.path.abspath(os.path.join(out, "simulated", folder))
         _cli("harness.profile", [*overrides, *common, f"sim.out={profile}"], cwd)
         _cli("harness", [*overrides, *common, f"hydra.run.dir={measured_dir}"], cwd)
         _cli("harness.simulate", [*overrides, *common, f"sim.profile={profile}", "cluster=local_cpu",
-                                  "cluster.use_profile_network=true", f"hydra.run.dir={simulated_dir}"], cwd)
+                                  f"hydra.run.dir={simulated_dir}"], cwd)
         pairs[name] = (_throughput(measured_dir), _throughput(simulated_dir))
-        print(f"  {name}: {pairs[name][0]:.1f} samples/s measured, {pairs[name][1]:.1f} predicted", flush=True)
+        print(f"  {name}: {pairs[name][0]:.1f} samples/s measured, {pairs[name][1]:.1f} predicted "
+              f"({pairs[name][1] / pairs[name][0] - 1:+.1%})", flush=True)
     return pairs
 
 
-def summarise(repeats: list[dict]):
+def summarise(repeats: list[dict]) -> pd.DataFrame:
     """Per configuration: measured and predicted mean and spread, error of the means, worst repeat."""
-
     rows = []
     for name in repeats[0]:
         measured = pd.Series([r[name][0] for r in repeats])
@@ -77,41 +110,75 @@ def summarise(repeats: list[dict]):
         rows.append({"configuration": name, "repeats": len(repeats),
                      "measured samples/s": measured.mean(), "measured min-max": f"{measured.min():.0f}-{measured.max():.0f}",
                      "predicted samples/s": predicted.mean(), "predicted min-max": f"{predicted.min():.0f}-{predicted.max():.0f}",
-                     "error of means": f"{predicted.mean() / measured.mean() - 1:+.1%}",
-                     "worst repeat error": f"{errors.iloc[errors.abs().argmax()]:+.1%}"})
+                     "error of means": predicted.mean() / measured.mean() - 1,
+                     "worst repeat error": errors.iloc[errors.abs().argmax()]})
     return pd.DataFrame(rows)
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m harness.validate", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repeats", type=int, default=3, help="profile + runs + predictions, this many times")
-    parser.add_argument("--steps", type=int, default=40, help="training steps per measured run")
-    parser.add_argument("--out", default="results/simulator_validation", help="where runs and the table go")
-    args = parser.parse_args(argv)
-    if args.repeats < 1 or args.steps <= 5:
-        parser.error("--repeats must be at least 1 and --steps over 5 (the warm-up steps)")
-    repeats = []
-    for r in range(args.repeats):
-        t0 = time.time()
-        print(f"repeat {r + 1}/{args.repeats} ({len(CONFIGS)} configurations, about 40 s each) ...", flush=True)
-        repeats.append(validate_once(os.path.join(args.out, f"repeat{r}"), args.steps))
-        print(f"repeat {r + 1}/{args.repeats} took {time.time() - t0:.0f} s", flush=True)
-    print(write_tables(args.out, repeats))
+def verdict(table: pd.DataFrame) -> dict:
+    """The targets: every configuration's error of the means within 10%, their mean within 5%,
+    and the order of any two configurations of one model and batch whose measured throughputs
+    differ by more than 10% kept by the predictions."""
+    errors = table["error of means"]
+    swapped = []
+    group = table["configuration"].str.extract(r"^(\S+ B=\d+)")[0]
+    for (_, a), (_, b) in itertools.combinations(table.assign(group=group).iterrows(), 2):
+        if a["group"] != b["group"]:
+            continue
+        fast, slow = (a, b) if a["measured samples/s"] > b["measured samples/s"] else (b, a)
+        if fast["measured samples/s"] > (1 + RANK_GAP) * slow["measured samples/s"] and \
+                fast["predicted samples/s"] <= slow["predicted samples/s"]:
+            swapped.append(f"{fast['configuration']} / {slow['configuration']}")
+    return {"configurations": len(table), "within 10%": int((errors.abs() <= TARGET).sum()),
+            "mean signed error": float(errors.mean()), "mean absolute error": float(errors.abs().mean()),
+            "largest error": float(errors.iloc[errors.abs().argmax()]), "ranking swapped": swapped,
+            "targets met": bool((errors.abs() <= TARGET).all() and abs(errors.mean()) <= MEAN_TARGET and not swapped)}
 
 
 def write_tables(out: str, repeats: list[dict]) -> str:
-    """validation.csv (the summary) and validation.md (the summary, then every repeat)."""
-
+    """validation.csv (the summary), validation.json (the verdict) and validation.md (the date, the
+    verdict, the summary, then every repeat)."""
     table = summarise(repeats)
+    result = verdict(table)
     table.to_csv(os.path.join(out, "validation.csv"), index=False)
+    with open(os.path.join(out, "validation.json"), "w") as f:
+        json.dump({"date": datetime.date.today().isoformat(), **result}, f, indent=1)
+    shown = table.assign(**{k: table[k].map("{:+.1%}".format) for k in ("error of means", "worst repeat error")})
     each = pd.DataFrame([{"repeat": r, "configuration": name, "measured samples/s": m, "predicted samples/s": p,
                           "error": f"{p / m - 1:+.1%}"}
                          for r, pairs in enumerate(repeats) for name, (m, p) in pairs.items()])
-    text = (table.to_markdown(index=False, floatfmt=".1f") + "\n\nEach repeat (in the order they ran):\n\n"
+    head = (f"Measured {datetime.date.today().isoformat()} on this machine, {len(repeats)} repeat(s) interleaved: "
+            f"{result['within 10%']} of {result['configurations']} configurations within 10% on the means, "
+            f"mean signed error {result['mean signed error']:+.1%} (mean absolute {result['mean absolute error']:.1%}), "
+            f"largest {result['largest error']:+.1%}, ranking swapped: {', '.join(result['ranking swapped']) or 'none'}; "
+            f"targets {'met' if result['targets met'] else 'not met'}.")
+    text = (head + "\n\n" + shown.to_markdown(index=False, floatfmt=".1f") + "\n\nEach repeat (in the order they ran):\n\n"
             + each.to_markdown(index=False, floatfmt=".1f"))
     with open(os.path.join(out, "validation.md"), "w") as f:
         f.write(text + "\n")
     return text
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m harness.validate", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=2, help="profile + runs + predictions, this many times")
+    parser.add_argument("--steps", type=int, default=30, help="training steps per measured run")
+    parser.add_argument("--out", default="results/simulator_validation", help="where runs and the table go")
+    parser.add_argument("--only", default="", help="run only the configurations whose name contains this text")
+    args = parser.parse_args(argv)
+    if args.repeats < 1 or args.steps <= 5:
+        parser.error("--repeats must be at least 1 and --steps over 5 (the warm-up steps)")
+    configs = {k: v for k, v in CONFIGS.items() if args.only in k}
+    if not configs:
+        parser.error(f"--only {args.only!r} matches no configuration; they are: {'; '.join(CONFIGS)}")
+    repeats = []
+    for r in range(args.repeats):
+        t0 = time.time()
+        print(f"repeat {r + 1}/{args.repeats} ({len(configs)} configurations, about a minute each) ...", flush=True)
+        repeats.append(validate_once(os.path.join(args.out, f"repeat{r}"), args.steps, configs))
+        print(f"repeat {r + 1}/{args.repeats} took {time.time() - t0:.0f} s", flush=True)
+    os.makedirs(args.out, exist_ok=True)
+    print(write_tables(args.out, repeats))
 
 
 if __name__ == "__main__":
