@@ -21,7 +21,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from harness.cli.common import hydra_command
-from harness.cli.profiles import cluster_of, profile_spec
+from harness.cli.profiles import cluster_of, profile_spec, roofline_of
 from harness.cli.sweep import sweep_group
 from harness.config.spec import RunSpec, build_spec
 from harness.errors import ConfigError
@@ -39,6 +39,8 @@ def predict_spec(spec: RunSpec, cfg: DictConfig, profile: Profile) -> Prediction
 
 
 def load_or_measure_profile(cfg: DictConfig, spec: RunSpec) -> Profile:
+    if cfg.sim.compute == "roofline":
+        return roofline_of(cfg, spec)
     if cfg.sim.profile:
         if not os.path.isfile(cfg.sim.profile):
             raise ConfigError(f"sim.profile={cfg.sim.profile} does not exist; make one with python -m harness.profile")
@@ -60,6 +62,8 @@ def _simulate(cfg: DictConfig) -> None:
         raise SystemExit(2)
     rec = pred.record(spec.model.name, spec.data.name, cfg.cluster.name, cfg.cluster.memory_gib)
     rec["profile"], rec["profile_batch"] = cfg.sim.profile, profile.batch
+    # where the compute costs came from: a measured profile, or the roofline (its GPU and fraction)
+    rec["compute_model"] = profile.meta.get("compute_model") or {"kind": "profile", "device": profile.device}
     computes = spec.strategy_cls.samples_per_forward(spec)
     if computes != profile.batch:
         print(f"note: the profile was measured at {profile.batch} samples per forward, this "

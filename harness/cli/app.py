@@ -14,7 +14,7 @@ from harness.config.spec import build_spec
 from harness.errors import ConfigError
 from harness.report import record as record_mod
 from harness.report import wandb_mirror
-from harness.run import launch
+from harness.run import launch, preemption
 
 
 def _known_fields(cfg: DictConfig) -> dict:
@@ -37,6 +37,33 @@ def summary_line(rec: dict, output_dir: str) -> str:
             f"loss {rec['final_loss']:.3f}  [{output_dir}]")
 
 
+def _run_preemptible(spec, output_dir: str) -> dict:
+    """Run ``spec``; where it can be preempted (a submitit job, or ``launch.preemptible=true``), a
+    preemption or time-limit signal stops it after a checkpoint and the job is handed back to the
+    scheduler to be requeued, and a job that starts where such a run stopped resumes from there
+    (harness.run.preemption)."""
+    preemptible = spec.launch.preemptible
+    spec.preemptible = preemption.under_scheduler() if preemptible is None else preemptible
+    if not spec.preemptible:
+        return launch.run(spec, output_dir)
+    resume_dir, stops = preemption.resume_point(output_dir)
+    if resume_dir and not spec.train.resume:
+        spec.train.resume, spec.resumed = resume_dir, stops
+        print(f"resuming {output_dir} from its checkpoint (stopped {stops} time(s) before)", flush=True)
+    with preemption.Watch(output_dir) as watch:
+        rec = launch.run(spec, output_dir)
+        stopped = rec.get("stopped_at_step")
+        if stopped is None:
+            return rec
+        count = watch.record_stop(stopped)
+        rec.update(status="failed", error=f"stopped by {watch.signum.name} after step {stopped} with a checkpoint "
+                                          f"(stop {count}); a requeued job resumes it, or train.resume={output_dir}")
+        record_mod.write(output_dir, rec)
+        print(summary_line(rec, output_dir), file=sys.stderr, flush=True)
+        watch.hand_over()  # submitit requeues the job and ends this process
+        return rec
+
+
 def run_task(cfg: DictConfig) -> None:
     """One job of ``python -m harness`` (a single run, or one point of a sweep)."""
     hc = HydraConfig.get()
@@ -54,7 +81,7 @@ def run_task(cfg: DictConfig) -> None:
     spec.output_dir = output_dir
     if multirun:  # every run of the sweep cuts the model where its first pipeline measured the cut
         spec.partition_dir = os.path.join(hc.sweep.dir, "partitions")
-    rec = launch.run(spec, output_dir)
+    rec = _run_preemptible(spec, output_dir)
     if rec.get("status") == "running":  # a non-zero rank under torchrun/Slurm: rank 0 reports
         return
     group = spec.logger.group or (sweep_group(hc.sweep.dir) if multirun else None)

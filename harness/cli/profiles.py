@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import os
+import re
 
 import torch
 from omegaconf import DictConfig
@@ -13,8 +14,9 @@ from omegaconf import DictConfig
 from harness.config.spec import RunSpec
 from harness.errors import ConfigError
 from harness.host import threads_per_process
-from harness.planning.planner import Profile
+from harness.planning.planner import Network, Profile
 from harness.planning.profiling import Workload, measure_profile
+from harness.planning.roofline import GPU_MEMORY_BANDWIDTH, gpu, measured_fraction, roofline_profile
 from harness.planning.simulator import Cluster, RuntimeOverhead, fit_runtime_overhead, predict
 from harness.run.calibrate import null_step_times
 
@@ -104,3 +106,30 @@ def cluster_of(cfg: DictConfig, profile: Profile) -> Cluster:
         cluster.intra_node_gbps = cluster.inter_node_gbps = profile.network.p2p_bytes_per_s / 1e9
         cluster.latency_us = cluster.inter_latency_us = profile.network.latency_s * 1e6
     return cluster
+
+
+def roofline_of(cfg: DictConfig, spec: RunSpec) -> Profile:
+    """The roofline profile of ``spec`` on ``sim.gpu`` at the samples one of its workers computes
+    per forward; the achieved fraction from ``sim.gpu_profile`` where given, else assumed."""
+    sim = cfg.sim
+    fraction, source = sim.gpu_fraction, "assumed"
+    if sim.gpu_profile:
+        if not os.path.isfile(sim.gpu_profile):
+            raise ConfigError(f"sim.gpu_profile={sim.gpu_profile} does not exist; make one on the GPU with "
+                              "python -m harness.profile launch.device=cuda")
+        with open(sim.gpu_profile) as f:
+            measured = Profile.from_json(f.read())
+        gpu_name = measured.meta.get("gpu") or ""
+        if not gpu_name or not any(re.search(p, gpu_name) for p, _ in GPU_MEMORY_BANDWIDTH) or \
+                not re.search(re.escape(sim.gpu), gpu_name):
+            raise ConfigError(f"sim.gpu_profile={sim.gpu_profile} was measured on '{gpu_name or 'a CPU'}', not on "
+                              f"sim.gpu={sim.gpu}")
+        fraction = measured_fraction(measured, spec.model, spec.data.image_size, spec.train.precision, gpu_name)
+        source = f"measured: {sim.gpu_profile}"
+    try:
+        device = gpu(sim.gpu, spec.train.precision, fraction, source)
+    except ValueError as e:
+        raise ConfigError(f"sim.gpu={sim.gpu}: {e}") from None
+    net = Network(cfg.cluster.intra_node_gbps * 1e9, cfg.cluster.intra_node_gbps * 1e9, cfg.cluster.latency_us * 1e-6)
+    return roofline_profile(spec.model, spec.data.image_size, spec.strategy_cls.samples_per_forward(spec),
+                            spec.train.precision, device, net)

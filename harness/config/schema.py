@@ -103,6 +103,9 @@ class LaunchConfig:
     fault: str = choice("none", "none", "raise", "exit", "hang")
     fault_rank: int = bounded(1, 0)
     fault_step: int = bounded(2, 0)
+    # stop at a preemption or time-limit signal with a checkpoint, to be requeued and resume by
+    # itself (harness.run.preemption); unset: when the run is a submitit job (Slurm, submitit_local)
+    preemptible: Optional[bool] = None
 
 
 @dataclass
@@ -144,6 +147,14 @@ class SimConfig:
     # python -m harness.profile also measures the strategy's runtime overhead on this host (null-model
     # runs of the strategy itself), which a prediction for this host (cluster=local_cpu) adds
     runtime_overhead: bool = True
+    # python -m harness.simulate's compute costs: a measured profile (sim.profile, or measured now), or
+    # the roofline model of a named GPU from FLOPs and bytes (harness.planning.roofline)
+    compute: str = choice("profile", "profile", "roofline")
+    gpu: str = "A100"  # roofline: the GPU (a name its datasheet tables match: H100, H200, A100, L40S, ...)
+    # roofline: the fraction of the datasheet's FLOP/s and bandwidth a run achieves (an assumption) ...
+    gpu_fraction: float = bounded(0.5, 0, 1, above=True)
+    # ... unless taken from a profile measured on that GPU (python -m harness.profile launch.device=cuda)
+    gpu_profile: Optional[str] = None
 
 
 def strategy_schema(classes) -> type:

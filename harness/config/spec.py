@@ -19,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from harness import data as data_mod
 from harness.config.registry import strategy_class, strategy_classes
 from harness.config.schema import DataConfig, LaunchConfig, LoggerConfig, ModelConfig, RunConfig, TrainConfig
+from harness.checkpoints import checkpoint_folder
 from harness.errors import ConfigError
 from harness.options import check_node
 from harness.strategies.base import PIPELINE_KEYS, Strategy, StrategyConfig
@@ -46,6 +47,10 @@ class RunSpec:
     output_dir: str = ""  # the run's directory (set at launch; workers write checkpoints there)
     # a sweep's folder of measured partitions, shared by its runs (set at launch; "": measure per run)
     partition_dir: str = ""
+    # set at launch: the run stops with a checkpoint when preempted (harness.run.preemption), and
+    # how many times it has been stopped and resumed so far
+    preemptible: bool = False
+    resumed: int = 0
 
     @property
     def timed_steps(self) -> int:
@@ -69,23 +74,12 @@ class RunSpec:
             "block": self.block,
             "variant": self.variant(),
             "ignored_strategy_keys": self.ignored,
+            "resumed": self.resumed,
         }
 
     def variant(self) -> str:
         """The strategy options that tell two runs of one strategy apart in a table."""
         return self.strategy_cls.variant(self)
-
-
-def checkpoint_folder(path: str) -> str:
-    """The ``checkpoints/step<N>`` folder that ``train.resume=path`` means."""
-    latest = os.path.join(path, "checkpoints", "latest")
-    if os.path.isfile(latest):
-        with open(latest) as f:
-            return os.path.join(path, "checkpoints", f.read().strip())
-    if os.path.isfile(os.path.join(path, "rank0.pt")):
-        return path
-    raise ConfigError(f"train.resume={path} holds no checkpoint (no checkpoints/latest, no rank0.pt); "
-                      "point it at a run directory written with train.checkpoint_every>0")
 
 
 def build_spec(cfg: DictConfig | RunConfig, launching: bool = True) -> RunSpec:

@@ -8,9 +8,9 @@ from tqdm import tqdm
 
 
 class StepProgress:
-    def __init__(self, steps: int, global_batch: int, enabled: bool, label: str):
+    def __init__(self, steps: int, global_batch: int, enabled: bool, label: str, initial: int = 0):
         self.global_batch = global_batch
-        self.bar = tqdm(total=steps, desc=label, unit="step", file=sys.stderr, disable=not enabled,
+        self.bar = tqdm(total=steps, initial=initial, desc=label, unit="step", file=sys.stderr, disable=not enabled,
                         dynamic_ncols=True, mininterval=0.5)
 
     def update(self, step_time: float | None) -> None:

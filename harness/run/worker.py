@@ -16,13 +16,15 @@ import time
 import torch
 
 from harness import comm as comm_mod
-from harness.config.spec import RunSpec, checkpoint_folder
+from harness.checkpoints import checkpoint_folder
+from harness.config.spec import RunSpec
 from harness.data import BatchOrder, load
 from harness.host import threads_per_process
 from harness.metrics import StepMeter, job_idle_fractions, peak_rss_bytes, step_time_summary, track_cpu_allocations
 from harness.models import build_layers, count_parameters
 from harness.planning.flops import device_peak, layer_flops, utilisation
 from harness.planning.simulator import replayed_bubble
+from harness.run import preemption
 from harness.run.progress import StepProgress
 from harness.timing import DeviceTimer
 
@@ -45,19 +47,21 @@ def train(spec: RunSpec, ctx: comm_mod.DistContext, progress: bool = True, local
     memory_step = steps - 1 if t.measure_memory else None
     step_times: list[float] = []
     timed: list[int] = []
-    loss_shares: list[float] = []
-    curve: list[dict] = []
-    bar = StepProgress(steps, t.global_batch, enabled=progress and ctx.is_main, label=spec.strategy.name)
     # the host's copy of the whole model stays alive for the run (``layers``), so that the layers
     # this rank does not train are left out of its memory peak exactly (see harness.metrics)
     host_only = functools.partial(host_only_tensors, strategy, layers, dataset)
-    train_start = time.perf_counter()
     training_started_at = time.time()  # epoch seconds: start-up is this minus the command's start
-    reached_target_s = None
 
     first_step = strategy.start_step()
+    # the record's curves and training time so far: a resumed run carries on those of the run it resumes
+    history = {"first_step": first_step, "loss_shares": [], "curve": [], "elapsed_s": 0.0, "reached_target_s": None}
     if t.resume:
-        first_step = _resume(strategy, t.resume, ctx)
+        first_step, history = _resume(strategy, t.resume, ctx)
+    loss_shares, curve, reached_target_s = history["loss_shares"], history["curve"], history["reached_target_s"]
+    train_start = time.perf_counter() - history["elapsed_s"]  # time between a stop and its resumption left out
+    bar = StepProgress(steps, t.global_batch, enabled=progress and ctx.is_main, label=spec.strategy.name,
+                       initial=first_step)
+    stopped_at = None  # the step after which a preemption stopped the run (harness.run.preemption)
     for step in range(first_step, steps):
         _inject_fault(spec, ctx.rank, step)
         x, y = dataset.train.batch(order.indices(step))
@@ -71,13 +75,20 @@ def train(spec: RunSpec, ctx: comm_mod.DistContext, progress: bool = True, local
             start = timer.anchor()
             loss = strategy.train_step(x, y)
             dt = timer.elapsed(start, timer.mark())  # the one wait for the device in a step
-            if step >= t.warmup_steps:
+            if step - first_step >= t.warmup_steps:  # a resumed run warms up again
                 step_times.append(dt)
-                timed.append(step)
+                timed.append(step - first_step)  # this process's call, as step_stats counts them
         loss_shares.append(float(loss))  # on the device until now: read once per step, after it
         bar.update(dt)
-        if t.checkpoint_every and ((step + 1) % t.checkpoint_every == 0 or step + 1 == steps):
-            _save_checkpoint(strategy, spec, comm, step + 1)
+        history.update(elapsed_s=time.perf_counter() - train_start, reached_target_s=reached_target_s)
+        saved = bool(t.checkpoint_every and ((step + 1) % t.checkpoint_every == 0 or step + 1 == steps))
+        if saved:
+            _save_checkpoint(strategy, spec, comm, step + 1, history)
+        if spec.preemptible and step + 1 < steps and _agree_to_stop(comm, preemption.stop_requested(spec.output_dir)):
+            if not saved:
+                _save_checkpoint(strategy, spec, comm, step + 1, history)
+            stopped_at = step + 1
+            break
         if t.eval_every and (step + 1) % t.eval_every == 0 and step + 1 < steps:
             point = _evaluate(strategy, dataset, spec, ctx)
             point.update(step=step + 1, elapsed_s=time.perf_counter() - train_start)
@@ -88,10 +99,11 @@ def train(spec: RunSpec, ctx: comm_mod.DistContext, progress: bool = True, local
     train_time = time.perf_counter() - train_start
     bar.close()
 
-    final = _evaluate(strategy, dataset, spec, ctx)
-    final.update(step=steps, elapsed_s=train_time)
+    # a preempted run spends its grace time on the checkpoint, not on evaluating
+    final = _evaluate(strategy, dataset, spec, ctx) if stopped_at is None else {"accuracy": None, "loss": None}
+    final.update(step=stopped_at or steps, elapsed_s=train_time)
     curve.append(final)
-    if reached_target_s is None and final["accuracy"] >= t.target_accuracy:
+    if reached_target_s is None and stopped_at is None and final["accuracy"] >= t.target_accuracy:
         reached_target_s = train_time
 
     per_rank = {
@@ -115,7 +127,8 @@ def train(spec: RunSpec, ctx: comm_mod.DistContext, progress: bool = True, local
     if not ctx.is_main:
         return None
 
-    losses = [[step, sum(vals)] for step, vals in enumerate(zip(*(r.pop("loss_shares") for r in gathered)), start=first_step)]
+    losses = [[step, sum(vals)] for step, vals in enumerate(zip(*(r.pop("loss_shares") for r in gathered)),
+                                                           start=history["first_step"])]
     timing = step_time_summary([r["step_times"] for r in gathered])
     step_time = timing["step_time_s"]
     peaks = [r["peak_memory_bytes"] for r in gathered]
@@ -134,6 +147,8 @@ def train(spec: RunSpec, ctx: comm_mod.DistContext, progress: bool = True, local
         "loss_curve": losses,
         "accuracy_curve": curve,
         "time_to_target_s": reached_target_s,
+        "stopped_at_step": stopped_at,
+        "resumed_from_step": first_step if t.resume else None,
         "target_accuracy": t.target_accuracy,
         "train_time_s": train_time,
         "training_started_at": training_started_at,
@@ -235,6 +250,13 @@ def host_only_tensors(strategy, layers, dataset) -> list[torch.Tensor]:
             dataset.train.images, dataset.train.labels, dataset.test.images, dataset.test.labels]
 
 
+def _agree_to_stop(comm, requested: bool) -> bool:
+    """Whether any rank was asked to stop: every rank learns it at the end of the same step (one
+    small all-reduce per step, made only while a run can be preempted, outside the timed step)."""
+    flag = torch.tensor([1.0 if requested else 0.0], device=comm.ctx.device)
+    return bool(comm.all_reduce(flag).item())
+
+
 def _inject_fault(spec: RunSpec, rank: int, step: int) -> None:
     """launch.fault: make one rank fail on purpose, to see the job end cleanly."""
     launch = spec.launch
@@ -248,12 +270,15 @@ def _inject_fault(spec: RunSpec, rank: int, step: int) -> None:
         time.sleep(10**6)
 
 
-def _save_checkpoint(strategy, spec: RunSpec, comm, step: int) -> None:
-    """Every rank writes its own file atomically; rank 0 then points ``latest`` at the folder."""
+def _save_checkpoint(strategy, spec: RunSpec, comm, step: int, history: dict) -> None:
+    """Every rank writes its own file atomically (its state, and the record's ``history`` so far:
+    its loss shares, the accuracy curve, the training time); rank 0 then points ``latest`` at the
+    folder."""
     folder = os.path.join(spec.output_dir, "checkpoints", f"step{step}")
     os.makedirs(folder, exist_ok=True)
+    strategy.quiesce()
     state = {**strategy.checkpoint_state(), "step": step, "strategy": spec.strategy.name,
-             "world_size": spec.world_size}
+             "world_size": spec.world_size, "history": history}
     tmp = os.path.join(folder, f".rank{comm.ctx.rank}.pt.tmp")
     torch.save(state, tmp)
     os.replace(tmp, os.path.join(folder, f"rank{comm.ctx.rank}.pt"))
@@ -265,11 +290,15 @@ def _save_checkpoint(strategy, spec: RunSpec, comm, step: int) -> None:
         os.replace(latest + ".tmp", latest)
 
 
-def _resume(strategy, path: str, ctx) -> int:
+def _resume(strategy, path: str, ctx) -> tuple[int, dict]:
+    """Load this rank's checkpoint into ``strategy``: (the step to continue from, the record's history
+    so far; a checkpoint written before histories were kept starts a new one at its step)."""
     folder = checkpoint_folder(path)
     state = torch.load(os.path.join(folder, f"rank{ctx.rank}.pt"), map_location=ctx.device)
     strategy.load_checkpoint_state(state)
-    return int(state["step"])
+    step = int(state["step"])
+    return step, state.get("history") or {"first_step": step, "loss_shares": [], "curve": [], "elapsed_s": 0.0,
+                                          "reached_target_s": None}
 
 
 def _time_split(step_stats: list[dict], timed: list[int]) -> dict:
@@ -306,7 +335,9 @@ def _evaluate(strategy, dataset, spec: RunSpec, ctx) -> dict:
 
 
 def worker_main(rank: int, spec: RunSpec, world_size: int, local_world: int, result_path: str | None, progress: bool) -> None:
-    """Entry point of one spawned (or externally launched) worker process."""
+    """Entry point of one spawned worker process."""
+    if spec.preemptible:  # a scheduler may signal the workers too: the signal asks to stop, not to die
+        preemption.listen()
     if spec.device == "cpu":  # CPU memory is measured through the allocator's own accounting
         track_cpu_allocations()
     torch.set_num_threads(threads_per_process(spec.launch.threads_per_worker, local_world))

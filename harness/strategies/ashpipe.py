@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -36,6 +37,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from harness.checkpoints import checkpoint_folder
 from harness.errors import ConfigError
 from harness.metrics import optimizer_state_tensors
 from harness.options import bounded, choice
@@ -98,13 +100,16 @@ class AshPipeStrategy(Strategy):
         elif spec.world_size > spec.train.global_batch:
             raise ConfigError(f"world_size={spec.world_size} exceeds train.global_batch={spec.train.global_batch}")
         k = switch_step(spec)
-        if k < 0 or k > spec.steps:
+        # (a run that checkpoints may be one segment of a longer one, continued with train.resume)
+        if k < 0 or (k > spec.steps and not spec.train.checkpoint_every):
             raise ConfigError(f"the switch to the hybrid plan (step {k}) must lie within the run's {spec.steps} steps")
         if st.resume_from and not os.path.isdir(st.resume_from):
             raise ConfigError(f"strategy.resume_from={st.resume_from} is not a directory with a switch checkpoint")
-        if spec.train.checkpoint_every or spec.train.resume:
-            raise ConfigError("strategy=ashpipe keeps minibatches in flight, so train.checkpoint_every/train.resume "
-                              "do not apply; Switch Parallelism writes a switch checkpoint (strategy.resume_from)")
+        if st.resume_from and spec.train.resume:
+            raise ConfigError("strategy.resume_from (a switch checkpoint) and train.resume (a run's checkpoint) both "
+                              "say where to start; give one")
+        if spec.train.resume:
+            _checkpointed_layout(spec, 0)  # an AshPipe checkpoint, or one line saying it is not
         if st.memory_limit is not None and st.replicas is None:
             _check_memory_limit_is_reachable(spec)
 
@@ -142,14 +147,22 @@ class AshPipeStrategy(Strategy):
     def __init__(self, spec, layers, ctx, comm):
         super().__init__(spec, layers, ctx, comm)
         self.calls = 0
-        self.entered = 0  # minibatches that entered the hybrid pipeline
+        self.entered = 0  # minibatches that entered the hybrid pipeline since it last filled
+        self.drains, self.drain_s = 0, 0.0  # checkpoints' drains of the pipeline, and their time
         self.switch_at = switch_step(spec)
         self.plan_report: str | None = None
         self._dp: _PlainDataParallel | None = None
         self.executor: StageExecutor | None = None
+        # a run resuming from its checkpoint (train.resume) rebuilds the layout it was written with
+        self._restored = _checkpointed_layout(spec, ctx.rank)
         if spec.strategy.resume_from:
             self._build_hybrid(optimizer_state=None)
             self._load_switch_checkpoint(spec.strategy.resume_from)
+        elif self._restored is not None:
+            if self._restored["mode"] == "dp":
+                self._dp = _PlainDataParallel(spec, layers, ctx, comm)
+            else:
+                self._build_hybrid(optimizer_state=None)
         elif self.switch_at > 0:
             self._dp = _PlainDataParallel(spec, layers, ctx, comm)
         else:
@@ -159,6 +172,9 @@ class AshPipeStrategy(Strategy):
     def _layout(self) -> tuple[list[int], Partition | None, set[int] | None]:
         """Replicas, partition and recomputed layers: from the config (the partition then follows
         the shared rule), or from the planner."""
+        if self._restored is not None and self._restored["mode"] == "hybrid":
+            restored = self._restored
+            return restored["replicas"], Partition(restored["boundaries"], "resumed"), set(restored["recompute"])
         if self.spec.strategy.replicas is not None:
             return list(self.spec.strategy.replicas), None, None
         chosen, report = plan_in_job(self.spec, self.layers, self.ctx, self.comm)
@@ -234,6 +250,45 @@ class AshPipeStrategy(Strategy):
     def start_step(self) -> int:
         return self.calls
 
+    def quiesce(self) -> None:
+        """Drain the pipeline for a checkpoint: every minibatch in flight finishes its backward and
+        step, every send completes; the next minibatch fills the pipeline again from empty (its
+        warm-up repeated), so a run that checkpoints differs from one that never does, and a
+        resumed run equals the uninterrupted run with the same checkpoints."""
+        if self.executor is None or self.entered == 0:
+            return
+        started = time.perf_counter()
+        drain = sch.async_drain(self.plan.topo.num_stages, self.plan.stage, self.entered)
+        self.executor.run(drain, None, None, training=True, flush=False)
+        self.executor.drain_sends()
+        self.entered = 0
+        self.drains += 1
+        self.drain_s += time.perf_counter() - started
+
+    def checkpoint_state(self) -> dict:
+        """This rank's weights and optimizer state (the whole model's in the data-parallel phase of
+        Switch Parallelism), its step, and the layout it trains, which a resumed run rebuilds
+        instead of planning again. The pipeline is drained (:meth:`quiesce`)."""
+        state = {"step": self.calls, "drains": self.drains}
+        if self._dp is not None:
+            params = {f"{i}.{n}": p.detach().cpu().clone() for i, layer in enumerate(self.layers)
+                      for n, p in layer.named_parameters()}
+            return {**state, "mode": "dp", "layers": list(range(len(self.layers))), "params": params,
+                    "optimizer": self._dp.optimizer.state_dict()}
+        return {**super().checkpoint_state(), **state, "mode": "hybrid", "replicas": list(self.plan.topo.replicas),
+                "boundaries": list(self.partition.boundaries), "recompute": sorted(self.build.recompute)}
+
+    def load_checkpoint_state(self, state: dict) -> None:
+        if state.get("mode") == "dp":
+            with torch.no_grad():
+                for i, layer in enumerate(self.layers):
+                    for n, p in layer.named_parameters():
+                        p.copy_(state["params"][f"{i}.{n}"])
+            self._dp.optimizer.load_state_dict(state["optimizer"])
+        else:
+            super().load_checkpoint_state(state)
+        self.calls, self.drains, self.entered = state["step"], state.get("drains", 0), 0
+
     def memory_step_context(self):
         """The measured step starts and ends with no transfer in flight.
 
@@ -289,7 +344,8 @@ class AshPipeStrategy(Strategy):
                 "recompute": sorted(self.build.recompute), "switch_step": self.switch_at}
 
     def extra_metrics(self):
-        return {"plan": self.plan_report} if self.plan_report and self.ctx.rank == 0 else {}
+        figures = {"drains": self.drains, "drain_s": self.drain_s}
+        return {**figures, "plan": self.plan_report} if self.plan_report and self.ctx.rank == 0 else figures
 
     def recomputed_layers(self):
         if self.executor is None:
@@ -298,6 +354,18 @@ class AshPipeStrategy(Strategy):
 
     def owned_layers(self):
         return range(len(self.layers)) if self._dp is not None else range(*self.build.layer_range)
+
+
+def _checkpointed_layout(spec, rank: int) -> dict | None:
+    """What this rank's checkpoint (``train.resume``) says it trained: the data-parallel phase, or the
+    hybrid layout (replicas, boundaries, recomputed layers); None when not resuming."""
+    if not spec.train.resume:
+        return None
+    path = os.path.join(checkpoint_folder(spec.train.resume), f"rank{rank}.pt")
+    state = torch.load(path, map_location="cpu")
+    if state.get("mode") not in ("dp", "hybrid"):
+        raise ConfigError(f"{path} is not an AshPipe checkpoint; resume with the strategy that wrote it")
+    return {k: state.get(k) for k in ("mode", "replicas", "boundaries", "recompute")}
 
 
 def _check_memory_limit_is_reachable(spec) -> None:

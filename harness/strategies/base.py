@@ -177,6 +177,11 @@ class Strategy(ABC):
     def finish_training(self) -> None:
         """Called once after the last step, before evaluation (an asynchronous pipeline drains here)."""
 
+    def quiesce(self) -> None:
+        """Bring this rank to a state a checkpoint can hold, before :meth:`checkpoint_state`: an
+        asynchronous pipeline finishes the minibatches in flight (and refills from the next step);
+        a synchronous strategy is always there between steps. Collective."""
+
     def memory_step_context(self):
         """Context for the one step whose memory is measured (see harness.metrics)."""
         return contextlib.nullcontext()

@@ -3,8 +3,12 @@
 import glob
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
+
+import psutil
 
 from harness.comm import free_port
 from tests.helpers.cli import TINY, run_cli
@@ -62,3 +66,48 @@ def test_a_job_started_with_the_wrong_number_of_tasks_is_refused(workdir):
                            "world_size=4", *TINY, f"hydra.run.dir={workdir}/run"], cwd=workdir, capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode != 0 and "start 4 task(s)" in proc.stderr
+
+
+def _task_of(sweep: str):
+    """The submitit task process running a job of ``sweep`` (its command line names the sweep's folder)."""
+    for proc in psutil.process_iter(["cmdline"]):
+        cmdline = " ".join(proc.info["cmdline"] or [])
+        if "submitit.core._submit" in cmdline and sweep in cmdline:
+            return proc
+    return None
+
+
+def test_a_preempted_submitit_job_checkpoints_is_requeued_and_resumes_by_itself(workdir):
+    """submitit_local on this machine, as Slurm would: the job's task gets the preemption signal
+    mid-run (after its first checkpoint), stops at the end of a step with a checkpoint, submitit
+    requeues it, and the requeued job resumes in the same run directory; one record, marked resumed,
+    with the loss curve of the whole run."""
+    sweep = os.path.join(workdir, "sweep")
+    steps = 60
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "-m", "hydra/launcher=local", "strategy=ashpipe",
+                             "strategy.replicas=[1,1]", "strategy.boundaries=[3]", "world_size=2",
+                             f"train.steps={steps}", "train.checkpoint_every=10", "train.measure_memory=false",
+                             "data.train_size=512", "data.test_size=64", "logger.mode=disabled",
+                             f"hydra.sweep.dir={sweep}"], cwd=workdir, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    run_dir = os.path.join(sweep, "0_ashpipe_w2")
+    try:
+        deadline = time.time() + 240
+        while not os.path.exists(os.path.join(run_dir, "checkpoints", "latest")):
+            assert proc.poll() is None and time.time() < deadline, "the job ended or never checkpointed"
+            time.sleep(0.5)
+        task = _task_of(sweep)
+        assert task is not None
+        task.send_signal(signal.SIGUSR2)
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err[-3000:]
+    stop = json.load(open(os.path.join(run_dir, "preempted.json")))
+    rec = json.load(open(os.path.join(run_dir, "metrics.json")))
+    assert stop["stops"] == 1 and 0 < stop["step"] < steps
+    assert os.path.isdir(os.path.join(run_dir, "checkpoints", f"step{stop['step']}"))
+    assert rec["status"] == "ok" and rec["resumed"] == 1 and rec["resumed_from_step"] == stop["step"]
+    assert [step for step, _ in rec["loss_curve"]] == list(range(steps))  # both segments, in one record
+    assert not glob.glob(os.path.join(run_dir, ".stop"))

@@ -64,6 +64,9 @@ def _sweep_jobs(experiment: str) -> list[list[str]]:
 EXPECTED_REFUSALS = {
     # torchgpipe needs one partition per device: 16 stages for ViT-B's 14 layers
     ("speedup", "model=vit_base", "world_size=16", "strategy=gpipe"): "exceeds the 14 layers",
+    # ZB-V over every GPU at two stages per rank: 16 or 32 stages for ViT-B's 14 layers
+    **{("papers_regime", "model=vit_base", f"world_size={w}", f"cluster={c}", "+case=regime/pipelining_zbv"):
+       "exceeds the 14 layers" for w in (8, 16) for c in ("dgx_nvlink", "pcie_10gbe")},
 }
 
 
