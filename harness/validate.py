@@ -1,8 +1,9 @@
 """``python -m harness.validate`` (``pipebench-validate``): the simulator against measured runs on this machine.
 
-Each repeat takes every validation configuration in turn: profile it (with its own
-settings, its strategy's runtime overhead included), run it for real, predict it from
-that profile, all through the commands a user runs (``python -m harness.profile``,
+Each repeat takes every validation configuration in turn: run it for real, profile it
+(with its own settings, its strategy's runtime overhead included), run it again, and
+predict it from that profile against the mean of the two runs, all through the commands
+a user runs (``python -m harness.profile``,
 ``python -m harness``, ``python -m harness.simulate``). A shared machine's speed
 drifts over tens of seconds, so one run can differ from the next of the same
 configuration by more than the simulator's own error; repeating the round spreads that
@@ -80,9 +81,9 @@ def _throughput(run_dir: str) -> float:
 
 
 def validate_once(out: str, steps: int = 30, configs: dict[str, list[str]] | None = None, cwd: str = ".") -> dict:
-    """One repeat: each configuration profiled (at the samples its workers compute at a time,
-    as a profile is meant to be, with its runtime's overhead), measured, then predicted from
-    that profile. Returns {config: (measured samples/s, predicted samples/s)}."""
+    """One repeat: each configuration measured, profiled (at the samples its workers compute at a
+    time, as a profile is meant to be, with its runtime's overhead), measured again, then predicted
+    from that profile. Returns {config: (mean measured samples/s, predicted samples/s)}."""
     common = [*COMMON, f"train.steps={steps}"]
     pairs = {}
     for name, overrides in (configs or CONFIGS).items():
@@ -90,11 +91,15 @@ def validate_once(out: str, steps: int = 30, configs: dict[str, list[str]] | Non
         profile = os.path.abspath(os.path.join(out, "profiles", f"{folder}.json"))
         measured_dir = os.path.abspath(os.path.join(out, "measured", folder))
         simulated_dir = os.path.abspath(os.path.join(out, "simulated", folder))
+        # measured before and after its profile, so that a shared host's drift over the minute they take
+        # falls on both sides of the prediction alike
+        _cli("harness", [*overrides, *common, f"hydra.run.dir={measured_dir}-before"], cwd)
         _cli("harness.profile", [*overrides, *common, f"sim.out={profile}"], cwd)
-        _cli("harness", [*overrides, *common, f"hydra.run.dir={measured_dir}"], cwd)
+        _cli("harness", [*overrides, *common, f"hydra.run.dir={measured_dir}-after"], cwd)
         _cli("harness.simulate", [*overrides, *common, f"sim.profile={profile}", "cluster=local_cpu",
                                   f"hydra.run.dir={simulated_dir}"], cwd)
-        pairs[name] = (_throughput(measured_dir), _throughput(simulated_dir))
+        measured = (_throughput(f"{measured_dir}-before") + _throughput(f"{measured_dir}-after")) / 2
+        pairs[name] = (measured, _throughput(simulated_dir))
         print(f"  {name}: {pairs[name][0]:.1f} samples/s measured, {pairs[name][1]:.1f} predicted "
               f"({pairs[name][1] / pairs[name][0] - 1:+.1%})", flush=True)
     return pairs
@@ -174,7 +179,7 @@ def main(argv: list[str] | None = None) -> None:
     repeats = []
     for r in range(args.repeats):
         t0 = time.time()
-        print(f"repeat {r + 1}/{args.repeats} ({len(configs)} configurations, about a minute each) ...", flush=True)
+        print(f"repeat {r + 1}/{args.repeats} ({len(configs)} configurations, about a minute and a half each) ...", flush=True)
         repeats.append(validate_once(os.path.join(args.out, f"repeat{r}"), args.steps, configs))
         print(f"repeat {r + 1}/{args.repeats} took {time.time() - t0:.0f} s", flush=True)
     os.makedirs(args.out, exist_ok=True)

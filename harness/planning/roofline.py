@@ -19,7 +19,10 @@ assumption the prediction's record states. The optimizer's update moves the para
 gradients and two moments (AdamW) through memory once.
 
 The result is a :class:`harness.planning.planner.Profile` like a measured one (sizes from
-the same pass), so the simulator and the planner use it unchanged.
+the same pass), so the simulator and the planner use it unchanged. In bf16 the layers run in
+bf16 throughout (autocast's casts of fp32 weights are not counted; norms it keeps in fp32 are
+counted in bf16); parameters and their gradients count as fp32 master weights, as every
+strategy trains them.
 """
 
 from __future__ import annotations
@@ -146,7 +149,8 @@ def roofline_layers(model_cfg, image_size: int, samples: int, precision: str, de
             cache[key] = LayerProfile(name, forward_s / samples, backward_s / samples,
                                       y[0].numel() * y.element_size(), saved // samples,
                                       x[0].numel() * x.element_size(),
-                                      sum(p.numel() * p.element_size() for p in layer.parameters()),
+                                      # fp32 master weights (and gradients), whatever the compute precision
+                                      sum(p.numel() * 4 for p in layer.parameters()),
                                       input_s / samples, weight_s / samples)
             x = y.detach()
         else:
