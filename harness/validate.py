@@ -105,14 +105,34 @@ def validate_once(out: str, steps: int = 30, configs: dict[str, list[str]] | Non
     return pairs
 
 
+def collect(out: str) -> list[dict]:
+    """The repeats already under ``out`` (an interrupted run's too), each with the configurations it
+    finished: measured before and after, and predicted."""
+    repeats = []
+    for r in itertools.count():
+        folder = os.path.join(out, f"repeat{r}")
+        if not os.path.isdir(folder):
+            return repeats
+        pairs = {}
+        for name in CONFIGS:
+            base = name.replace(" ", "_").replace("=", "")
+            runs = [os.path.join(folder, "measured", f"{base}-{when}") for when in ("before", "after")]
+            simulated = os.path.join(folder, "simulated", base)
+            if all(os.path.exists(os.path.join(d, "metrics.json")) for d in (*runs, simulated)):
+                pairs[name] = (sum(map(_throughput, runs)) / 2, _throughput(simulated))
+        repeats.append(pairs)
+
+
 def summarise(repeats: list[dict]) -> pd.DataFrame:
-    """Per configuration: measured and predicted mean and spread, error of the means, worst repeat."""
+    """Per configuration: measured and predicted mean and spread, error of the means, worst repeat
+    (over the repeats that finished it)."""
     rows = []
-    for name in repeats[0]:
-        measured = pd.Series([r[name][0] for r in repeats])
-        predicted = pd.Series([r[name][1] for r in repeats])
+    for name in dict.fromkeys(n for r in repeats for n in r):
+        done = [r[name] for r in repeats if name in r]
+        measured = pd.Series([m for m, _ in done])
+        predicted = pd.Series([p for _, p in done])
         errors = predicted / measured - 1
-        rows.append({"configuration": name, "repeats": len(repeats),
+        rows.append({"configuration": name, "repeats": len(done),
                      "measured samples/s": measured.mean(), "measured min-max": f"{measured.min():.0f}-{measured.max():.0f}",
                      "predicted samples/s": predicted.mean(), "predicted min-max": f"{predicted.min():.0f}-{predicted.max():.0f}",
                      "error of means": predicted.mean() / measured.mean() - 1,
@@ -170,7 +190,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=30, help="training steps per measured run")
     parser.add_argument("--out", default="results/simulator_validation", help="where runs and the table go")
     parser.add_argument("--only", default="", help="run only the configurations whose name contains this text")
+    parser.add_argument("--summarise", action="store_true",
+                        help="run nothing: rebuild the tables from the repeats already under --out")
     args = parser.parse_args(argv)
+    if args.summarise:
+        repeats = collect(args.out)
+        if not any(repeats):
+            parser.error(f"--summarise: no finished configuration under {args.out}/repeat*")
+        print(write_tables(args.out, repeats))
+        return
     if args.repeats < 1 or args.steps <= 5:
         parser.error("--repeats must be at least 1 and --steps over 5 (the warm-up steps)")
     configs = {k: v for k, v in CONFIGS.items() if args.only in k}

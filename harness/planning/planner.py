@@ -79,6 +79,9 @@ class Profile:
     # the host's own costs of the runtime of the strategy profiled (per action, per step), measured
     # on a null model (harness.planning.simulator.RuntimeOverhead's fields); None: not measured
     runtime: dict | None = None
+    # workers measuring side by side, started together pass after pass: the slowest one's time over
+    # one's (harness.planning.profiling.meeting_factor); 1 for one worker
+    meeting_factor: float = 1.0
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1)
@@ -92,7 +95,8 @@ class Profile:
                        device=d["device"], batch=d["batch"],
                        optimizer_state_per_param_byte=d.get("optimizer_state_per_param_byte", 2.0),
                        meta=d.get("meta", {}), step_factor=d.get("step_factor", 1.0),
-                       optimizer_s_per_byte=d.get("optimizer_s_per_byte", 0.0), runtime=d.get("runtime"))
+                       optimizer_s_per_byte=d.get("optimizer_s_per_byte", 0.0), runtime=d.get("runtime"),
+                       meeting_factor=d.get("meeting_factor", 1.0))
 
 
 @dataclass

@@ -209,9 +209,11 @@ def measure_profile(work: Workload, device: torch.device, network: Network | Non
             mp.start_processes(_measure_worker, args=(work, device, side_by_side, d), nprocs=processes,
                                start_method="spawn")
             measured = [_load_measurement(os.path.join(d, f"{r}.json")) for r in range(processes)]
-        layers, pass_s, update_s = max(measured, key=lambda m: m[1])
+        layers, pass_s, update_s, _ = max(measured, key=lambda m: m[1])
+        meeting = meeting_factor([m[3] for m in measured])
     else:
-        layers, pass_s, update_s = _measure(work, device)
+        layers, pass_s, update_s, _ = _measure(work, device)
+        meeting = 1.0
     short = _short(layers)
     threads = work.threads if device.type == "cpu" else torch.get_num_threads()
     meta = {"model": getattr(work.model, "name", None), "threads": threads, "precision": work.precision, "torch": torch.__version__,
@@ -221,7 +223,7 @@ def measure_profile(work: Workload, device: torch.device, network: Network | Non
                                 "isolated times, measured by the same process; optimizer update timed on its own"}
     return Profile(layers, network, str(device), work.samples, meta=meta,
                    step_factor=pass_s / (sum(l.forward_s + l.backward_s for l in short) * work.samples),
-                   optimizer_s_per_byte=update_s / sum(l.param_bytes for l in short))
+                   optimizer_s_per_byte=update_s / sum(l.param_bytes for l in short), meeting_factor=meeting)
 
 
 def _short(layers: list) -> list:
@@ -253,19 +255,46 @@ def _measure(work: Workload, device: torch.device, side_by_side=None, rounds: in
     profiled = [replace(first, **{k: statistics.median(getattr(r[i], k) for r in layer_rounds)
                                   for k in ("forward_s", "backward_s", "backward_input_s", "backward_weight_s")})
                 for i, first in enumerate(layer_rounds[0])]
-    return profiled, statistics.median(passes), statistics.median(updates)
+    lockstep = _lockstep_passes(work, _short(layers), sample, side_by_side) if side_by_side is not None else []
+    return profiled, statistics.median(passes), statistics.median(updates), lockstep
+
+
+def _lockstep_passes(work: Workload, layers, sample: torch.Tensor, side_by_side, passes: int = 10) -> list[float]:
+    """Forward, loss and backward of ``layers``, ``passes`` times, every measuring process starting
+    each one together (as data-parallel workers start each step after meeting at the last)."""
+    model = torch.nn.Sequential(*layers)
+    target = torch.randint(0, work.num_classes, (sample.shape[0],), device=sample.device)
+    timer = DeviceTimer(sample.device)
+    times = []
+    for _ in range(passes):
+        side_by_side.wait(timeout=600)
+        t0 = timer.mark()
+        summed_loss(model(sample), target, sample.shape[0]).backward()
+        times.append(timer.elapsed(t0, timer.mark()))
+    model.zero_grad(set_to_none=True)
+    return times
+
+
+def meeting_factor(lockstep: list[list[float]]) -> float:
+    """How much longer the slowest of several workers takes than one does, pass by pass: the median
+    over passes of the slowest process's time, over the median time of all (1 for one process)."""
+    if len(lockstep) < 2 or not lockstep[0]:
+        return 1.0
+    slowest = [max(times) for times in zip(*lockstep)]
+    return statistics.median(slowest) / statistics.median([t for times in lockstep for t in times])
 
 
 def _measure_worker(rank: int, work: Workload, device, side_by_side, out_dir: str) -> None:
-    layers, pass_s, update_s = _measure(work, device, side_by_side)
+    layers, pass_s, update_s, lockstep = _measure(work, device, side_by_side)
     with open(os.path.join(out_dir, f"{rank}.json"), "w") as f:
-        json.dump({"layers": [asdict(l) for l in layers], "pass_s": pass_s, "update_s": update_s}, f)
+        json.dump({"layers": [asdict(l) for l in layers], "pass_s": pass_s, "update_s": update_s,
+                   "lockstep": lockstep}, f)
 
 
 def _load_measurement(path: str):
     with open(path) as f:
         d = json.load(f)
-    return [LayerProfile(**l) for l in d["layers"]], d["pass_s"], d["update_s"]
+    return [LayerProfile(**l) for l in d["layers"]], d["pass_s"], d["update_s"], d["lockstep"]
 
 
 def _whole_step_s(work: Workload, layers, sample: torch.Tensor, repeats: int, budget_s: float) -> tuple[float, float]:

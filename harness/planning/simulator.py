@@ -254,9 +254,14 @@ def predict(profile: Profile, cluster: Cluster, layout: SimLayout, world_size: i
         return exposed + opt_s * lane_params
 
     per_action, per_step = overhead if overhead is not None else host_overhead(profile, cluster, layout)
+    # data parallelism on the profiled host: every step ends with the replicas meeting, so it lasts as
+    # long as the slowest of them took (the profile's lockstep measurement); a pipeline's ranks meet
+    # at every transfer, which the replay itself follows
+    meeting = profile.meeting_factor if cluster.host_overhead and S == 1 and replicas[0] > 1 else 1.0
 
     def cost(p: int, a: sch.Action) -> float:
-        return work(p, a) + (per_step if a.op == sch.STEP else per_action)
+        scale = meeting if a.op in sch.COMPUTE else 1.0
+        return work(p, a) * scale + (per_step if a.op == sch.STEP else per_action)
 
     def work(p: int, a: sch.Action) -> float:
         s = p if a.stage is None else a.stage

@@ -1,6 +1,7 @@
 """The simulator replays the executor's schedules with measured costs (no processes); against real
 runs it is checked in tests/e2e/test_simulator_validation.py."""
 
+import csv
 from dataclasses import replace
 
 import pytest
@@ -175,3 +176,47 @@ def test_the_runtime_overhead_fit_recovers_the_costs_that_made_the_runs(schedule
     assert host_overhead(profile, replace(cluster, host_overhead=True), layout) == (per_action, per_step)
     assert host_overhead(profile, cluster, layout) == (0.0, 0.0)  # a cluster other than this host
     assert host_overhead(profile, replace(cluster, host_overhead=True), replace(layout, strategy="hippie")) == (0.0, 0.0)
+
+
+def test_data_parallel_on_the_profiled_host_lasts_as_long_as_its_slowest_worker():
+    """The lockstep measurement's slowest-over-typical ratio stretches DP's compute on the profiled
+    host (its replicas meet after every step), and nothing else: not a pipeline, not a GPU cluster."""
+    from harness.planning.profiling import meeting_factor
+
+    assert meeting_factor([[1.0, 1.0, 1.0]]) == 1.0  # one worker meets no one
+    assert meeting_factor([[1.0, 1.2, 1.0, 1.2], [1.2, 1.0, 1.2, 1.0]]) == pytest.approx(1.2 / 1.1)
+    profile = replace(_uniform_profile(), meeting_factor=1.25)
+    host = replace(_free_network_cluster(), host_overhead=True)
+    plain = replace(profile, meeting_factor=1.0)
+    dp = predict(profile, host, _dp(2), 2, 64).iteration_s
+    assert dp == pytest.approx(1.25 * predict(plain, host, _dp(2), 2, 64).iteration_s, rel=1e-3)
+    for cluster, layout in ((_free_network_cluster(), _dp(2)), (host, _sync(2, 4))):
+        assert predict(profile, cluster, layout, 2, 64).iteration_s == predict(plain, cluster, layout, 2, 64).iteration_s
+
+
+def test_validation_tables_are_rebuilt_from_an_interrupted_run(tmp_path):
+    """``python -m harness.validate --summarise``: a repeat that stopped part-way counts for the
+    configurations it finished, and each row says over how many repeats it stands."""
+    import json as _json
+
+    from harness.validate import CONFIGS, main
+
+    first, second = list(CONFIGS)[:2]
+
+    def write(repeat, name, before, after, predicted):
+        base = name.replace(" ", "_").replace("=", "")
+        for sub, value in ((f"measured/{base}-before", before), (f"measured/{base}-after", after),
+                           (f"simulated/{base}", predicted)):
+            folder = tmp_path / f"repeat{repeat}" / sub
+            folder.mkdir(parents=True)
+            (folder / "metrics.json").write_text(_json.dumps({"throughput": value}))
+
+    write(0, first, 90.0, 110.0, 110.0)
+    write(0, second, 50.0, 50.0, 40.0)
+    write(1, first, 100.0, 100.0, 100.0)  # interrupted before the second configuration
+    main(["--summarise", "--out", str(tmp_path)])
+    table = {row["configuration"]: row for row in csv.DictReader(open(tmp_path / "validation.csv"))}
+    assert table[first]["repeats"] == "2" and float(table[first]["error of means"]) == pytest.approx(0.05)
+    assert table[second]["repeats"] == "1" and float(table[second]["error of means"]) == pytest.approx(-0.2)
+    verdict = _json.load(open(tmp_path / "validation.json"))
+    assert verdict["configurations"] == 2 and verdict["within 10%"] == 1 and verdict["targets met"] is False
