@@ -9,7 +9,7 @@ from torch.nn.parallel import DistributedDataParallel
 from harness.metrics import optimizer_state_tensors
 from harness.planning.simulator import SimLayout
 from harness.strategies.base import Strategy, summed_eval
-from harness.training import eval_counts, make_optimizer, replica_slice, summed_loss, with_precision
+from harness.training import clip_gradients, eval_counts, make_optimizer, replica_slice, summed_loss, with_precision
 
 
 class DDPStrategy(Strategy):
@@ -23,7 +23,7 @@ class DDPStrategy(Strategy):
         self.ddp = DistributedDataParallel(
             self.model, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None
         )
-        self.optimizer = make_optimizer(self.model.parameters(), spec.train)
+        self.optimizer = make_optimizer(self.model.parameters(), spec.train, spec.steps)
         self.share = replica_slice(spec.train.global_batch, ctx.world_size, ctx.rank)
 
     @classmethod
@@ -36,8 +36,10 @@ class DDPStrategy(Strategy):
         x, y = x[self.share], y[self.share]
         # DDP averages gradients over ranks; scaling by the world size turns the
         # average of per-rank sums/B into the global mean even for uneven shares.
-        loss = summed_loss(self.ddp(x), y, B) * self.ctx.world_size
+        t = self.spec.train
+        loss = summed_loss(self.ddp(x), y, B, t.label_smoothing) * self.ctx.world_size
         loss.backward()
+        clip_gradients(self.model.parameters(), t.grad_clip_norm)  # DDP's averaged gradient: the whole model's
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return loss.detach() / self.ctx.world_size

@@ -27,7 +27,7 @@ from harness.errors import ConfigError
 from harness.metrics import optimizer_state_tensors
 from harness.strategies.base import PipelineKeys, Strategy, summed_eval
 from harness.strategies.layout import Partition, check_layout, resolve_boundaries, simulated_pipeline, uniform_replicas
-from harness.training import make_optimizer
+from harness.training import make_optimizer, mean_loss
 
 _CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -122,7 +122,13 @@ class DeepSpeedPipeStrategy(Strategy):
         self.module = module
         self.layer_range = (module._local_start, module._local_stop)
         self.partition = shared or Partition(list(module.parts[1:-1]), f"deepspeed's {method}")
-        optimizer = make_optimizer(module.parameters(), spec.train)
+        # DeepSpeed's gradient clipping sums squared norms over the pipeline's ranks but counts a
+        # parameter on a stage other than the first only if it is marked model-parallel (it takes
+        # unmarked ones for copies of the first stage's, as Megatron's replicated layers are), so
+        # unmarked it would clip by the first stage's norm alone; a stage's layers are its own
+        for p in module.parameters():
+            p.model_parallel = True
+        optimizer = make_optimizer(module.parameters(), spec.train, spec.steps)
         B, m = spec.train.global_batch, spec.train.micro_batches
         config = {
             "train_batch_size": B,
@@ -130,9 +136,9 @@ class DeepSpeedPipeStrategy(Strategy):
             "gradient_accumulation_steps": m,
             "steps_per_print": 10**9,
             "wall_clock_breakdown": False,
-            # DeepSpeed clips gradients to norm 1.0 by default; no other strategy
-            # here clips, so clipping would make DeepSpeed train a different model
-            "gradient_clipping": 0.0,
+            # DeepSpeed clips gradients to norm 1.0 by default; here it clips as every strategy does,
+            # to train.grad_clip_norm over the whole model (0: off, the default)
+            "gradient_clipping": spec.train.grad_clip_norm,
             # DeepSpeed's own mixed precision: bf16 weights and activations, fp32 master weights in its optimizer
             "bf16": {"enabled": spec.train.precision == "bf16"},
         }
@@ -150,7 +156,7 @@ class DeepSpeedPipeStrategy(Strategy):
             return torch.stack([F.cross_entropy(output, target, reduction="sum"),
                                 (output.argmax(-1) == target).sum().to(output.dtype),
                                 torch.tensor(float(target.numel()), dtype=output.dtype, device=output.device)])
-        return F.cross_entropy(output.float(), target)
+        return mean_loss(output, target, self.spec.train.label_smoothing)
 
     def _micro_batches(self, x, y):
         """This data-parallel replica's micro-batches, in order (DeepSpeed pulls one per micro step)."""

@@ -18,7 +18,6 @@ from queue import Queue
 from typing import Optional
 
 import torch
-import torch.nn.functional as F
 import torchgpipe.pipeline
 from torch import nn
 from torchgpipe import GPipe
@@ -31,7 +30,7 @@ from harness.runtime import schedule as sch
 from harness.runtime.partition import stage_ranges
 from harness.strategies.base import EvalResult, Strategy, StrategyConfig
 from harness.strategies.layout import check_layout, resolve_boundaries, simulated_pipeline
-from harness.training import eval_counts, make_optimizer, with_precision
+from harness.training import clip_gradients, eval_counts, make_optimizer, mean_loss, with_precision
 
 _CHECKPOINT_MODES = ("always", "except_last", "never")
 
@@ -105,13 +104,15 @@ class GPipeStrategy(Strategy):
         self.devices = devices
         self.model = GPipe(nn.Sequential(*with_precision(layers, spec.train.precision)), balance=balance, devices=devices,
                            chunks=spec.train.micro_batches, checkpoint=spec.strategy.checkpoint)
-        self.optimizer = make_optimizer(self.model.parameters(), spec.train)
+        self.optimizer = make_optimizer(self.model.parameters(), spec.train, spec.steps)
 
     def train_step(self, x, y):
         self.model.train()
         out = self.model(x.to(self.devices[0]))
-        loss = F.cross_entropy(out.float(), y.to(out.device))
+        t = self.spec.train
+        loss = mean_loss(out, y.to(out.device), t.label_smoothing)
         loss.backward()
+        clip_gradients(self.model.parameters(), t.grad_clip_norm)  # one process holds the whole model
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         if self.devices[0].type == "cuda":  # the step's end mark (on the first GPU) comes after every GPU's work

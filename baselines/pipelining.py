@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from typing import Optional
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 from torch.distributed.pipelining.schedules import get_schedule_class
@@ -46,7 +45,7 @@ from harness.runtime.topology import Topology
 from harness.strategies.base import PipelineKeys, Strategy, summed_eval
 from harness.strategies.layout import (check_layout, recompute_of_stages, resolve_boundaries, simulated_pipeline,
                                        uniform_replicas)
-from harness.training import PRECISIONS, eval_counts, make_optimizer, with_precision
+from harness.training import PRECISIONS, clip_gradients, eval_counts, make_optimizer, mean_loss, with_precision
 
 _SINGLE = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
 SCHEDULES = (*_SINGLE, *torch_schedules.MULTI)
@@ -174,11 +173,17 @@ class PipeliningStrategy(Strategy):
             self.modules.append(module)
             submodule = module
             if n > 1:
-                submodule = DistributedDataParallel(module, process_group=dp_groups[self.stage],
+                # find_unused_parameters: without it DDP's first-step bucket rebuild records the
+                # parameters of every micro-batch's backward, not only the synchronised last one, and
+                # the second step fails ("rebuilt parameter indices size is not same as original model
+                # parameters size", 28 versus 56 at 2 micro-batches); with it DDP skips the rebuild and
+                # walks the last micro-batch's graph once per step, plus one small all-reduce of its map
+                # of used parameters (the price, stated in the README)
+                submodule = DistributedDataParallel(module, process_group=dp_groups[self.stage], find_unused_parameters=True,
                                                     device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None)
             pipe_stages.append(PipelineStage(submodule, i, S, ctx.device, group=pipe_groups[self.replica]))
         self.params = [p for module in self.modules for p in module.parameters()]
-        self.optimizer = make_optimizer(self.params, spec.train)
+        self.optimizer = make_optimizer(self.params, spec.train, spec.steps)
 
         m = spec.train.micro_batches
         self.local_batch = spec.train.global_batch // n
@@ -194,9 +199,8 @@ class PipeliningStrategy(Strategy):
             self._eval_order = {r: torch_schedules.to_library(acts) for r, acts in enumerate(forward)}
         self.first, self.last = 0 in self.stage_indices, S - 1 in self.stage_indices
 
-    @staticmethod
-    def _loss(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        return F.cross_entropy(output.float(), target)
+    def _loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return mean_loss(output, target, self.spec.train.label_smoothing)
 
     def _share(self, x, y):
         lo = self.replica * self.local_batch
@@ -213,6 +217,8 @@ class PipeliningStrategy(Strategy):
         x, y = self._share(x, y)
         losses: list[torch.Tensor] = []
         self._call(self.schedule.step, x, y, losses)
+        # the whole model's norm: every rank's stages, its weight 1/n for the n pipelines that hold them
+        clip_gradients(self.params, self.spec.train.grad_clip_norm, self.comm.all_reduce, 1 / self.n_replicas)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         if not losses:

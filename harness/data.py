@@ -2,9 +2,14 @@
 
 Both data sets are held in memory as uint8 images (CIFAR-100 is 150 MB) and
 normalised per batch, so every rank can index any global batch cheaply and the
-same seed gives the same batches under every strategy and layout. ``cfg`` is the
-run config's ``data`` node (:class:`harness.config.schema.DataConfig`); this
-module only reads its fields.
+same seed gives the same batches under every strategy and layout. Training batches
+may be augmented as CIFAR models are trained (a random 32x32 crop of the image padded
+by 4, a horizontal flip half of the time; ``data.augment``, on by default for
+CIFAR-100), by torchvision's ``transforms.v2`` functions with parameters drawn from a
+generator seeded by (seed, step): sample j of the global batch of step k gets the same
+crop and flip on every rank, under every strategy and layout. ``cfg`` is the run
+config's ``data`` node (:class:`harness.config.schema.DataConfig`); this module only
+reads its fields.
 """
 
 from __future__ import annotations
@@ -12,8 +17,10 @@ from __future__ import annotations
 import os
 import pickle
 from dataclasses import dataclass
+
 import torch
 from torchvision.datasets import CIFAR100
+from torchvision.transforms.v2 import functional as tvf
 from torchvision.datasets.utils import check_integrity
 
 from harness.errors import ConfigError
@@ -31,9 +38,31 @@ class Split:
     def __len__(self) -> int:
         return self.labels.shape[0]
 
-    def batch(self, indices: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        x = self.images[indices].float().div_(255.0)
+    def batch(self, indices: torch.Tensor, augment: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The samples at ``indices``, normalised; augmented (see the module docstring) with
+        parameters drawn from ``augment`` in sample order, when given."""
+        images = self.images[indices]
+        if augment is not None:
+            images = _crop_and_flip(images, augment)
+        x = images.float().div_(255.0)
         return (x - _MEAN) / _STD, self.labels[indices]
+
+
+PAD = 4  # the crop's padding, as CIFAR models are trained
+
+
+def _crop_and_flip(images: torch.Tensor, g: torch.Generator) -> torch.Tensor:
+    """A random crop of each padded image at its size, flipped half of the time."""
+    n, _, h, w = images.shape
+    padded = tvf.pad(images, [PAD])
+    tops = torch.randint(0, 2 * PAD + 1, (n,), generator=g)
+    lefts = torch.randint(0, 2 * PAD + 1, (n,), generator=g)
+    flips = torch.rand(n, generator=g) < 0.5
+    out = torch.empty_like(images)
+    for i in range(n):
+        crop = tvf.crop(padded[i], int(tops[i]), int(lefts[i]), h, w)
+        out[i] = tvf.horizontal_flip(crop) if flips[i] else crop
+    return out
 
 
 @dataclass
@@ -41,6 +70,13 @@ class Dataset:
     train: Split
     test: Split
     num_classes: int
+    augment: bool = False  # training batches are cropped and flipped
+    seed: int = 0
+
+    def train_batch(self, order: "BatchOrder", step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The global batch of ``step``, augmented as (seed, step) say when augmentation is on."""
+        g = torch.Generator().manual_seed(self.seed * 1_000_003 + step + 1) if self.augment else None
+        return self.train.batch(order.indices(step), augment=g)
 
 
 def synthetic(cfg, seed: int) -> Dataset:
@@ -131,10 +167,18 @@ def cifar100(cfg) -> Dataset:
 
 def load(cfg, seed: int) -> Dataset:
     if cfg.name == "synthetic":
-        return synthetic(cfg, seed)
-    if cfg.name == "cifar100":
-        return cifar100(cfg)
-    raise ConfigError(f"unknown data set '{cfg.name}'; use data=synthetic or data=cifar100")
+        data = synthetic(cfg, seed)
+    elif cfg.name == "cifar100":
+        data = cifar100(cfg)
+    else:
+        raise ConfigError(f"unknown data set '{cfg.name}'; use data=synthetic or data=cifar100")
+    data.augment, data.seed = augments(cfg), seed
+    return data
+
+
+def augments(cfg) -> bool:
+    """Whether training batches are augmented: ``data.augment``, or by default for CIFAR-100 only."""
+    return cfg.name == "cifar100" if cfg.augment is None else cfg.augment
 
 
 def train_size(cfg) -> int:

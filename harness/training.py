@@ -6,6 +6,7 @@ pipeline's parameters comparable with single-process training after a step.
 
 from __future__ import annotations
 
+import math
 from typing import Iterable
 
 import torch
@@ -15,14 +16,21 @@ from torch import nn
 from harness.errors import ConfigError
 
 
-def summed_loss(logits: torch.Tensor, y: torch.Tensor, global_batch: int) -> torch.Tensor:
-    """Cross-entropy summed over the local samples and divided by the global batch.
+def summed_loss(logits: torch.Tensor, y: torch.Tensor, global_batch: int, label_smoothing: float = 0.0) -> torch.Tensor:
+    """Cross-entropy (with ``train.label_smoothing``) summed over the local samples and divided by
+    the global batch.
 
     Summing these over any split of the batch (replicas, micro-batches) gives the
     global mean, so every layout computes the same gradient as one process. The loss is
     computed in fp32 whatever the logits' type (a bf16 run's head returns bf16).
     """
-    return F.cross_entropy(logits.float(), y, reduction="sum") / global_batch
+    return F.cross_entropy(logits.float(), y, reduction="sum", label_smoothing=label_smoothing) / global_batch
+
+
+def mean_loss(logits: torch.Tensor, y: torch.Tensor, label_smoothing: float = 0.0) -> torch.Tensor:
+    """The same loss as a mean over the samples given, for the libraries that average over their
+    micro-batches themselves (torch pipelining, torchgpipe, DeepSpeed)."""
+    return F.cross_entropy(logits.float(), y, label_smoothing=label_smoothing)
 
 
 def eval_counts(logits: torch.Tensor, y: torch.Tensor) -> tuple[float, float, float]:
@@ -72,11 +80,93 @@ def with_precision(layers: list[nn.Module], precision: str) -> list[nn.Module]:
     return [Autocast(layer, PRECISIONS[precision]) for layer in layers]
 
 
-def make_optimizer(params: Iterable[nn.Parameter], train) -> torch.optim.Optimizer:
-    """The optimizer ``train`` (``optimizer``, ``lr``, ``weight_decay``, ``momentum``) names."""
+def make_optimizer(params: Iterable[nn.Parameter], train, steps: int | None = None) -> torch.optim.Optimizer:
+    """The optimizer ``train`` names (``optimizer``, ``lr``, ``weight_decay``, ``momentum``,
+    ``nesterov``), with its learning-rate schedule attached (:func:`attach_schedule`) for a run of
+    ``steps`` optimizer steps."""
     params = list(params)
     if train.optimizer == "adamw":
-        return torch.optim.AdamW(params, lr=train.lr, weight_decay=train.weight_decay)
-    if train.optimizer == "sgd":
-        return torch.optim.SGD(params, lr=train.lr, momentum=train.momentum, weight_decay=train.weight_decay)
-    raise ConfigError(f"unknown train.optimizer '{train.optimizer}'; use {' or '.join(OPTIMIZERS)}")
+        optimizer = torch.optim.AdamW(params, lr=train.lr, weight_decay=train.weight_decay)
+    elif train.optimizer == "sgd":
+        optimizer = torch.optim.SGD(params, lr=train.lr, momentum=train.momentum, weight_decay=train.weight_decay,
+                                    nesterov=train.nesterov)
+    else:
+        raise ConfigError(f"unknown train.optimizer '{train.optimizer}'; use {' or '.join(OPTIMIZERS)}")
+    return attach_schedule(optimizer, train, steps)
+
+
+LR_SCHEDULES = ("constant", "cosine", "step")
+
+
+def lr_factor(train, steps: int | None):
+    """The learning rate, as a multiple of ``train.lr``, after k optimizer steps: a linear warm-up
+    over ``train.lr_warmup_steps``, then constant, a cosine down to ``train.lr_min_ratio`` at step
+    ``steps``, or a step decay by ``train.lr_decay_factor`` every ``train.lr_decay_steps``."""
+    warmup, schedule = train.lr_warmup_steps, train.lr_schedule
+
+    def factor(k: int) -> float:
+        if k < warmup:
+            return (k + 1) / warmup
+        if schedule == "cosine":
+            progress = min(1.0, (k - warmup) / max(1, (steps or 1) - warmup))
+            return train.lr_min_ratio + (1 - train.lr_min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+        if schedule == "step":
+            return train.lr_decay_factor ** ((k - warmup) // train.lr_decay_steps)
+        return 1.0
+
+    return factor
+
+
+def attach_schedule(optimizer: torch.optim.Optimizer, train, steps: int | None) -> torch.optim.Optimizer:
+    """Step ``optimizer``'s learning-rate schedule with every one of its steps (so each AshPipe stage
+    follows the same function of its own minibatch count), and carry the schedule's position in the
+    optimizer's state dict, so every checkpoint resumes it. Nothing is attached for a constant rate."""
+    if train.lr_schedule == "constant" and not train.lr_warmup_steps:
+        return optimizer
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(train, steps))
+    optimizer.register_step_post_hook(lambda *_: schedule.step())
+    optimizer.lr_schedule = schedule  # for carry_schedule
+
+    def save(_optimizer, state: dict) -> dict:
+        return {**state, "lr_schedule": schedule.state_dict()}
+
+    def load(_optimizer, state: dict) -> dict:
+        state = dict(state)
+        if "lr_schedule" in state:
+            schedule.load_state_dict(state.pop("lr_schedule"))
+        return state
+
+    optimizer.register_state_dict_post_hook(save)
+    optimizer.register_load_state_dict_pre_hook(load)
+    return optimizer
+
+
+def carry_schedule(source: torch.optim.Optimizer, target: torch.optim.Optimizer) -> None:
+    """Continue ``source``'s learning-rate schedule in ``target``, built for the same run (Switch
+    Parallelism's stage optimizers take over where the data-parallel one stopped)."""
+    schedule = getattr(target, "lr_schedule", None)
+    if schedule is None:
+        return
+    schedule.load_state_dict(source.lr_schedule.state_dict())
+    for group, lr in zip(target.param_groups, schedule.get_last_lr()):
+        group["lr"] = lr
+
+
+def clip_gradients(params: Iterable[nn.Parameter], max_norm: float, all_reduce=None, weight: float = 1.0) -> None:
+    """Scale the gradients so that the whole model's gradient norm is at most ``max_norm`` (0: off).
+
+    A rank that holds part of the model passes ``all_reduce`` (a sum over the job's ranks) and
+    ``weight``, 1 / the number of ranks holding the same gradients (a stage's replicas), so the sum
+    of every rank's weighted squared norm is the whole model's; every rank then applies the same
+    coefficient, as one process clipping the whole model would."""
+    if not max_norm:
+        return
+    grads = [p.grad for p in params if p.grad is not None]
+    device = grads[0].device if grads else torch.device("cpu")
+    squared = torch.stack([g.float().pow(2).sum() for g in grads]).sum() if grads else torch.zeros((), device=device)
+    squared = squared * weight
+    if all_reduce is not None:
+        squared = all_reduce(squared.reshape(1)).reshape(())
+    coefficient = torch.clamp(max_norm / (squared.sqrt() + 1e-6), max=1.0)
+    for g in grads:
+        g.mul_(coefficient.to(g.dtype))

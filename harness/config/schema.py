@@ -26,7 +26,7 @@ from omegaconf import MISSING
 
 from harness.config.registry import strategy_classes
 from harness.options import bounded, choice
-from harness.training import OPTIMIZERS, PRECISIONS
+from harness.training import LR_SCHEDULES, OPTIMIZERS, PRECISIONS
 
 
 @dataclass
@@ -57,6 +57,8 @@ class DataConfig:
     noise: float = bounded(0.6, 0)
     num_classes: int = bounded(100, 1)
     image_size: int = bounded(32, 1)
+    # random crop (padding 4) and horizontal flip of training images; unset: on for cifar100 only
+    augment: Optional[bool] = None
 
 
 @dataclass
@@ -72,6 +74,17 @@ class TrainConfig:
     lr: float = bounded(2e-3, 0, above=True)
     weight_decay: float = bounded(0.0, 0)
     momentum: float = bounded(0.9, 0, 1)
+    nesterov: bool = False  # sgd: Nesterov momentum
+    # the learning rate per optimizer step: a linear warm-up, then constant | cosine (to lr x
+    # lr_min_ratio at the run's last step) | step (x lr_decay_factor every lr_decay_steps)
+    lr_schedule: str = choice("constant", *LR_SCHEDULES)
+    lr_warmup_steps: int = bounded(0, 0)
+    lr_min_ratio: float = bounded(0.0, 0, 1)
+    lr_decay_steps: int = bounded(30, 1)
+    lr_decay_factor: float = bounded(0.1, 0, 1, above=True)
+    label_smoothing: float = bounded(0.0, 0, 1)
+    # clip the whole model's gradient norm to this (0: off); DeepSpeed through its own setting
+    grad_clip_norm: float = bounded(0.0, 0)
     # fp32 | bf16 (autocast with fp32 master weights; DeepSpeed: its own bf16 mode)
     precision: str = choice("fp32", *PRECISIONS)
     # evaluate on the test split every this many steps (0: only at the end)

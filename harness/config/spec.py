@@ -70,6 +70,7 @@ class RunSpec:
             "repeat": self.repeat,
             "device": self.device,
             "precision": self.train.precision,
+            "augment": data_mod.augments(self.data),
             "tag": self.tag,
             "block": self.block,
             "variant": self.variant(),
@@ -94,6 +95,8 @@ def build_spec(cfg: DictConfig | RunConfig, launching: bool = True) -> RunSpec:
             f"train.global_batch={t.global_batch} cannot be split into train.micro_batches={t.micro_batches}; "
             "raise the batch or lower the micro-batch count"
         )
+    if t.nesterov and (t.optimizer != "sgd" or t.momentum == 0):
+        raise ConfigError("train.nesterov=true needs train.optimizer=sgd with train.momentum above 0")
     if rc.model.embed_dim % rc.model.num_heads:
         raise ConfigError(f"model.embed_dim={rc.model.embed_dim} must be divisible by model.num_heads={rc.model.num_heads}")
 

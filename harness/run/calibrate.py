@@ -64,7 +64,7 @@ def _worker(rank: int, world: int, specs: list[RunSpec], rounds: int, steps: int
         for r in range(rounds + 1):
             for i, strategy in enumerate(strategies):
                 for _ in range(warmup if r == 0 else steps):  # round 0 warms every strategy up
-                    x, y = data.train.batch(orders[i].indices(step))
+                    x, y = data.train_batch(orders[i], step)
                     x, y = x.to(ctx.device), y.to(ctx.device)
                     start = timer.anchor()
                     loss = strategy.train_step(x, y)

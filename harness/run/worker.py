@@ -64,7 +64,7 @@ def train(spec: RunSpec, ctx: comm_mod.DistContext, progress: bool = True, local
     stopped_at = None  # the step after which a preemption stopped the run (harness.run.preemption)
     for step in range(first_step, steps):
         _inject_fault(spec, ctx.rank, step)
-        x, y = dataset.train.batch(order.indices(step))
+        x, y = dataset.train_batch(order, step)
         x, y = x.to(ctx.device, non_blocking=True), y.to(ctx.device, non_blocking=True)
         if step == memory_step:
             with strategy.memory_step_context(), meter.measure_step(strategy.memory_parts, host_only):

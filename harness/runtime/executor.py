@@ -25,7 +25,7 @@ from harness.comm import Comm, Pending
 from harness.runtime import schedule as sch
 from harness.runtime.topology import Topology, owned_range, transfers
 from harness.timing import DeviceTimer
-from harness.training import eval_counts, summed_loss
+from harness.training import clip_gradients, eval_counts, summed_loss
 
 
 def _weights(module: nn.Module, version: dict[str, torch.Tensor]):
@@ -65,6 +65,16 @@ class StageModule(nn.Module):
             else:
                 x = layer(x)
         return x
+
+
+@dataclass(frozen=True)
+class Clip:
+    """Gradient clipping at a STEP: to ``max_norm``, over the whole model (an all-reduce of every
+    rank's squared norm times ``weight``, 1 / its stage's replicas) or over this stage alone."""
+
+    max_norm: float
+    whole_model: bool
+    weight: float = 1.0
 
 
 class GradSync:
@@ -210,10 +220,13 @@ class StagePlan:
 
 class StageExecutor:
     def __init__(self, plan: StagePlan, module: StageModule, comm: Comm, optimizer: torch.optim.Optimizer,
-                 grad_sync: GradSync | None, dtype: torch.dtype = torch.float32, stash_weights: bool = False):
-        """``dtype``: the activations' and gradients' type between stages (bf16 in a bf16 run)."""
+                 grad_sync: GradSync | None, dtype: torch.dtype = torch.float32, stash_weights: bool = False,
+                 label_smoothing: float = 0.0, clip: Clip | None = None):
+        """``dtype``: the activations' and gradients' type between stages (bf16 in a bf16 run);
+        ``clip``: how a STEP clips the gradients' norm (None: it does not)."""
         self.plan, self.module, self.comm = plan, module, comm
         self.optimizer, self.grad_sync, self.dtype = optimizer, grad_sync, dtype
+        self.label_smoothing, self.clip = label_smoothing, clip
         self.device = comm.ctx.device
         self.timer = DeviceTimer(self.device)
         # weight stashing (asynchronous schedules): a forward runs on a copy of the
@@ -386,7 +399,7 @@ class StageExecutor:
         lo, hi = self._range(a.micro)
         target = self._y[lo:hi]
         if self._training:
-            loss = summed_loss(out, target, self._batch)
+            loss = summed_loss(out, target, self._batch, self.label_smoothing)
             self._losses[a.micro] = loss
             self._run.loss = self._run.loss + loss.detach()  # read once, after the step
         else:
@@ -437,6 +450,9 @@ class StageExecutor:
             self._spans.append((None, "comm_s", t0, self.timer.mark()))
             self._reduced = True
         t0 = self.timer.mark()
+        if self.clip is not None:
+            clip_gradients(self.module.parameters(), self.clip.max_norm,
+                           self.comm.all_reduce if self.clip.whole_model else None, self.clip.weight)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self._spans.append((None, "compute_s", t0, self.timer.mark()))

@@ -46,11 +46,12 @@ from harness.planning.planner import Network, Profile, data_parallel_cost, plan
 from harness.planning.profiling import measure_network, profile_layers
 from harness.planning.simulator import ASYNC, SimLayout, scaled_profile
 from harness.runtime import schedule as sch
-from harness.runtime.executor import GradSync, StageExecutor
+from harness.runtime.executor import Clip, GradSync, StageExecutor
 from harness.runtime.stage import build_stage
 from harness.strategies.base import Strategy, StrategyConfig, summed_eval
 from harness.strategies.layout import Partition, check_layout, pipeline_layout, simulated_pipeline, visiting
-from harness.training import PRECISIONS, eval_counts, make_optimizer, replica_slice, summed_loss, with_precision
+from harness.training import (PRECISIONS, carry_schedule, clip_gradients, eval_counts, make_optimizer, replica_slice,
+                              summed_loss, with_precision)
 
 
 @dataclass
@@ -194,16 +195,22 @@ class AshPipeStrategy(Strategy):
             first = self.plan.topo.ranks_of(self.plan.stage)[0]
             for p in self.params:
                 self.comm.broadcast(p.data, src=first, group=group)
-        self.optimizer = make_optimizer(self.params, spec.train)
+        self.optimizer = make_optimizer(self.params, spec.train, spec.steps)
         if optimizer_state is not None:  # Switch Parallelism: carry the DP optimizer state over
+            carry_schedule(optimizer_state, self.optimizer)
             for p in self.params:
                 if p in optimizer_state.state:
                     self.optimizer.state[p] = optimizer_state.state[p]
         grad_sync = None
         if group is not None:
             grad_sync = GradSync(self.params, self.comm, group, layout.bucket_bytes)
+        # an asynchronous pipeline has no moment at which the whole model's gradient exists: each stage
+        # clips its own (its replicas hold the same gradients once reduced)
+        clip = Clip(spec.train.grad_clip_norm, whole_model=False) if spec.train.grad_clip_norm else None
         self.executor = StageExecutor(self.plan, self.build.module, self.comm, self.optimizer, grad_sync,
-                                      dtype=PRECISIONS[spec.train.precision], stash_weights=self.plan.stage < self.plan.topo.num_stages - 1)
+                                      dtype=PRECISIONS[spec.train.precision],
+                                      stash_weights=self.plan.stage < self.plan.topo.num_stages - 1,
+                                      label_smoothing=spec.train.label_smoothing, clip=clip)
         self.eval_actions = sch.forward_only(self.plan.topo.num_stages, 1)[self.plan.stage]
 
     def _switch(self) -> None:
@@ -399,7 +406,7 @@ class _PlainDataParallel:
         self.layers = layers
         self.model = nn.Sequential(*with_precision(layers, spec.train.precision)).to(ctx.device)
         self.params = list(self.model.parameters())
-        self.optimizer = make_optimizer(self.params, spec.train)
+        self.optimizer = make_optimizer(self.params, spec.train, spec.steps)
         self.grad_sync = None
         if ctx.world_size > 1:
             self.grad_sync = GradSync(self.params, comm, dist.group.WORLD, int(spec.strategy.bucket_mb * 2**20))
@@ -409,10 +416,12 @@ class _PlainDataParallel:
         self.model.train()
         if self.grad_sync is not None:
             self.grad_sync.arm()
-        loss = summed_loss(self.model(x[self.share]), y[self.share], self.spec.train.global_batch)
+        t = self.spec.train
+        loss = summed_loss(self.model(x[self.share]), y[self.share], t.global_batch, t.label_smoothing)
         loss.backward()
         if self.grad_sync is not None:
             self.grad_sync.wait()
+        clip_gradients(self.params, t.grad_clip_norm)  # every rank holds the whole model's gradient
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return loss.detach()

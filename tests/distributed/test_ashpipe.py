@@ -17,12 +17,16 @@ STEPS = 5
 COMMON = ["strategy=ashpipe", "train.global_batch=12", "train.micro_batches=1", "train.optimizer=sgd",
           "train.lr=0.2", "train.momentum=0.9", "data.train_size=96", "data.test_size=32", f"train.steps={STEPS}"]
 
+# a training recipe: warm-up and cosine schedule, Nesterov, label smoothing, clipping that bites
+RECIPE = ["train.nesterov=true", "train.lr_schedule=cosine", "train.lr_warmup_steps=2", "train.label_smoothing=0.1",
+          "train.grad_clip_norm=0.05"]
 # world size -> (replicas, boundaries, extra overrides)
 GRID = {
     2: [([2], None, []), ([1, 1], [3], []), ([1, 1], [2], ["strategy.switch_step=2"]),
-        ([1, 1], [3], ["strategy.switch_step=4", "train.momentum=0.5"])],
+        ([1, 1], [3], ["strategy.switch_step=4", "train.momentum=0.5"]),
+        ([1, 1], [3], ["strategy.switch_step=3", *RECIPE])],
     3: [([2, 1], [3], []), ([1, 2], [2], []), ([1, 1, 1], [2, 4], ["strategy.recompute=all"]),
-        ([2, 1], [3], ["strategy.switch_step=3"])],
+        ([2, 1], [3], ["strategy.switch_step=3"]), ([1, 2], [2], RECIPE)],
     4: [([2, 1, 1], [2, 4], [])],
     # uneven shares on both sides and partial many-to-many overlaps: a global batch of 13 splits
     # 7/6 over stage 0's replicas and 5/4/4 over stage 1's, so every stage-0 replica sends to

@@ -43,6 +43,22 @@ GROUPS = {
                                  "train.micro_batches=2", "strategy.bucket_mb=0.01"]}),
     "gpipe": (2, 1, {"gpipe": ["strategy=gpipe", "train.global_batch=13", "train.micro_batches=3"]}),
 }
+# the recipe ViTs are trained with on CIFAR: Nesterov momentum, a warm-up then a cosine learning rate,
+# label smoothing, and the whole model's gradient clipped (small enough to bite at every step)
+RECIPE = ["train.optimizer=sgd", "train.momentum=0.9", "train.nesterov=true", "train.lr_schedule=cosine",
+          "train.lr_warmup_steps=1", "train.steps=4", "train.warmup_steps=0", "train.label_smoothing=0.1", "train.grad_clip_norm=0.05"]
+RECIPE_GROUPS = {
+    "w2": (2, 2, {"dp": ["strategy=dp", "train.global_batch=13"],
+                  "hippie": ["strategy=hippie", "train.global_batch=13", "train.micro_batches=3"],
+                  "pipelining_zbv": ["strategy=pipelining", "strategy.schedule=zbv", "train.global_batch=16",
+                                     "train.micro_batches=4"]}),
+    "w4": (4, 4, {"hippie_2x2": ["strategy=hippie", "strategy.stages=2", "train.global_batch=13",
+                                 "train.micro_batches=2"],
+                  "pipelining_2x2": ["strategy=pipelining", "strategy.stages=2", "train.global_batch=16",
+                                     "train.micro_batches=2"]}),
+    "deepspeed": (2, 2, {"deepspeed": ["strategy=deepspeed", "train.global_batch=16", "train.micro_batches=2"]}),
+    "gpipe": (2, 1, {"gpipe": ["strategy=gpipe", "train.global_batch=13", "train.micro_batches=3"]}),
+}
 
 
 def _batches(spec):
@@ -90,3 +106,21 @@ def _assert_adamw_close(merged: dict, reference: dict) -> None:
             off += int((diff > 5e-5 + 5e-4 * reference[key].abs()).sum())
             total += diff.numel()
     assert off <= TOLERATED_OUTLIERS * total, f"{off} of {total} elements differ"
+
+
+@pytest.mark.parametrize("group", sorted(RECIPE_GROUPS))
+def test_several_steps_of_a_training_recipe_equal_single_process(group, tmp_path):
+    """Schedules, Nesterov, label smoothing and clipping are the same for every synchronous strategy:
+    clipping by the whole model's norm (an all-reduce over the stages, each stage's replicas counted
+    once; DeepSpeed's own clipping) is where a wrong layout would show."""
+    world, processes, strategies = RECIPE_GROUPS[group]
+    specs = {name: make_spec(f"world_size={world}", *DATA, *overrides, *RECIPE) for name, overrides in strategies.items()}
+    spawn(processes, train_and_save, specs, str(tmp_path))
+    failures = []
+    for name, spec in specs.items():
+        merged = merged_rank_states(os.path.join(tmp_path, name), processes)
+        try:
+            assert_matches_reference(merged, reference_steps(spec, _batches(spec)), atol=5e-5, rtol=5e-4)
+        except AssertionError as e:
+            failures.append(f"{name}: {str(e)[:300]}")
+    assert not failures, "\n".join(failures)

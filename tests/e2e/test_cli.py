@@ -117,7 +117,7 @@ def test_results_command_without_records_says_so(workdir):
     (["strategy=hippie", "world_size=4", "train.global_batch=6", "train.micro_batches=6"],
      "fewer than the 2 replicas"),
     (["train.micro_batches=0"], "must be at least 1"),
-    (["strategy=ashpipe", "world_size=2", "train.micro_batches=1", "train.checkpoint_every=5"], "in flight"),
+    (["train.nesterov=true", "train.momentum=0"], "train.nesterov=true needs train.optimizer=sgd"),
     (["strategy=gpipe", "world_size=2", "strategy.stages=3"], "must equal world_size"),
     (["train.resume=/nonexistent/run"], "holds no checkpoint"),
     (["launch.fault=maybe"], "launch.fault"),

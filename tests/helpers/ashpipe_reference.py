@@ -7,7 +7,11 @@ the version the stage's forward saw, and weight stashing makes the backward
 use the same one. Each stage then applies its update for minibatch j at once.
 Replicas do not appear: the sum of per-replica gradients of ``loss_sum / B``
 is the full batch's gradient. With ``switch_at = k`` the first k minibatches
-are plain data-parallel (synchronous) steps on the whole model.
+are plain data-parallel (synchronous) steps on the whole model. The training recipe
+(learning-rate schedule, label smoothing, clipping) applies as AshPipe defines it:
+the data-parallel steps clip the whole model's gradient, the pipelined ones each
+stage's own, and each stage's schedule counts its own updates, continuing the
+data-parallel one's after the switch.
 """
 
 from __future__ import annotations
@@ -18,15 +22,17 @@ from torch.func import functional_call
 
 from harness.models import build_layers
 from harness.runtime.partition import stage_ranges
-from harness.training import make_optimizer, summed_loss
+from harness.training import carry_schedule, clip_gradients, make_optimizer, summed_loss
 
 
 def ashpipe_reference(spec, batches, boundaries: list[int], switch_at: int = 0) -> dict[str, torch.Tensor]:
     layers = build_layers(spec.model, spec.seed)
     full = nn.Sequential(*layers)
-    dp_opt = make_optimizer(full.parameters(), spec.train)
+    train = spec.train
+    dp_opt = make_optimizer(full.parameters(), train, spec.steps)
     for x, y in batches[:switch_at]:
-        summed_loss(full(x), y, x.shape[0]).backward()
+        summed_loss(full(x), y, x.shape[0], train.label_smoothing).backward()
+        clip_gradients(full.parameters(), train.grad_clip_norm)
         dp_opt.step()
         dp_opt.zero_grad(set_to_none=True)
 
@@ -35,7 +41,9 @@ def ashpipe_reference(spec, batches, boundaries: list[int], switch_at: int = 0) 
     stages = [nn.Sequential(*layers[lo:hi]) for lo, hi in ranges]
     opts = []
     for st in stages:
-        opt = make_optimizer(st.parameters(), spec.train)
+        opt = make_optimizer(st.parameters(), train, spec.steps)
+        if switch_at:
+            carry_schedule(dp_opt, opt)
         for p in st.parameters():
             if p in dp_opt.state:
                 opt.state[p] = dp_opt.state[p]
@@ -49,10 +57,11 @@ def ashpipe_reference(spec, batches, boundaries: list[int], switch_at: int = 0) 
         h = x
         for st, weights in zip(stages, used):
             h = functional_call(st, weights, (h,))
-        summed_loss(h, y, x.shape[0]).backward()
+        summed_loss(h, y, x.shape[0], train.label_smoothing).backward()
         for s, st in enumerate(stages):
             for n, p in st.named_parameters():
                 p.grad = used[s][n].grad
+            clip_gradients(st.parameters(), train.grad_clip_norm)
             opts[s].step()
             opts[s].zero_grad(set_to_none=True)
             versions[s][j + 1] = snapshot(st)

@@ -10,7 +10,7 @@ import torch.multiprocessing as mp
 from harness import comm
 from harness.metrics import track_cpu_allocations
 from harness.models import build_layers
-from harness.training import make_optimizer, summed_loss, with_precision
+from harness.training import clip_gradients, make_optimizer, summed_loss, with_precision
 
 
 def _entry(rank: int, world_size: int, fn, args) -> None:
@@ -39,9 +39,10 @@ def reference_steps(spec, batches: list[tuple[torch.Tensor, torch.Tensor]]) -> d
     """Single-process training, one optimizer step per global batch, in order."""
     layers = build_layers(spec.model, spec.seed)
     model = torch.nn.Sequential(*with_precision(layers, spec.train.precision))
-    opt = make_optimizer(model.parameters(), spec.train)
+    opt = make_optimizer(model.parameters(), spec.train, spec.steps)
     for x, y in batches:
-        summed_loss(model(x), y, x.shape[0]).backward()
+        summed_loss(model(x), y, x.shape[0], spec.train.label_smoothing).backward()
+        clip_gradients(model.parameters(), spec.train.grad_clip_norm)
         opt.step()
         opt.zero_grad(set_to_none=True)
     return {f"{i}.{n}": p.detach().clone() for i, layer in enumerate(layers) for n, p in layer.named_parameters()}

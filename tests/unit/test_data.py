@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from harness.config.schema import DataConfig
+from harness import data
 from harness.data import BatchOrder, check_available, load
 from harness.training import replica_slice
 from harness.errors import ConfigError
@@ -83,3 +84,21 @@ def test_truncated_cifar100_file_is_named(tmp_path, verify):
         check_available(DataConfig(name="cifar100", root=str(tmp_path), verify_md5=verify))
     # a checksum failure says how to use a copy made on purpose; an unreadable file cannot be used at all
     assert ("data.verify_md5=false" in str(e.value)) == verify
+
+
+def test_augmented_batches_depend_on_seed_and_step_only_and_crop_and_flip_the_images():
+    cfg = DataConfig(name="synthetic", train_size=200, test_size=50, augment=True)
+    a, b = load(cfg, seed=3), load(cfg, seed=3)
+    order = BatchOrder(200, 16, seed=3)
+    x, y = a.train_batch(order, 5)
+    x2, y2 = b.train_batch(order, 5)  # another rank, strategy or layout: the same batch
+    assert torch.equal(x, x2) and torch.equal(y, y2)
+    assert not torch.equal(x, a.train.batch(order.indices(5))[0])  # augmented
+    assert not torch.equal(a.train_batch(order, 5 + order.steps_per_epoch)[0], x)  # another step, other crops
+    # each augmented image is its own image padded by 4, cropped back to 32x32, maybe mirrored
+    raw = torch.nn.functional.pad(a.train.images[order.indices(5)], (4, 4, 4, 4))
+    pixels = ((x * data._STD + data._MEAN) * 255).round().to(torch.uint8)
+    for i in range(16):
+        crops = [raw[i, :, t:t + 32, l:l + 32] for t in range(9) for l in range(9)]
+        assert any(torch.equal(c, pixels[i]) or torch.equal(c.flip(-1), pixels[i]) for c in crops), i
+    assert not load(DataConfig(name="synthetic", train_size=200, test_size=50), seed=3).augment  # off by default
