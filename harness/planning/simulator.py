@@ -247,11 +247,13 @@ def predict(profile: Profile, cluster: Cluster, layout: SimLayout, world_size: i
 
     hides = layout.hides_allreduce and not cluster.comm_uses_compute
 
+    exposed_allreduce: dict[int, float] = {}  # per lane: the all-reduce time its step waits for
+
     def step(p: int) -> float:
         lane_params = sum(params(s) for s in stages_of_lane[p])
         ar = cluster.allreduce_s(lane_params, ranks[p])
-        exposed = max(0.0, ar - min(bwd(s) for s in stages_of_lane[p])) if hides else ar
-        return exposed + opt_s * lane_params
+        exposed_allreduce[p] = max(0.0, ar - min(bwd(s) for s in stages_of_lane[p])) if hides else ar
+        return exposed_allreduce[p] + opt_s * lane_params
 
     per_action, per_step = overhead if overhead is not None else host_overhead(profile, cluster, layout)
     # data parallelism on the profiled host: every step ends with the replicas meeting, so it lasts as
@@ -291,7 +293,10 @@ def predict(profile: Profile, cluster: Cluster, layout: SimLayout, world_size: i
         iteration = timeline.makespan
     span = timeline.makespan
     bubble = sum(timeline.idle_fraction(p) for p in range(P)) / P
-    comm = max(sum(e.end - e.start for e in timeline.stage_events(p) if e.action.op in (sch.SEND_F, sch.SEND_B, sch.STEP))
+    # exposed communication: the sends, and the part of each step spent waiting for the all-reduce
+    # (the optimizer's update in the same action is compute)
+    comm = max(sum(e.end - e.start if e.action.op in (sch.SEND_F, sch.SEND_B) else exposed_allreduce.get(p, 0.0)
+                   for e in timeline.stage_events(p) if e.action.op in (sch.SEND_F, sch.SEND_B, sch.STEP))
                for p in range(P)) * (iteration / span)
 
     def kept(s: int) -> float:  # bytes one micro-batch leaves on stage s until its backward

@@ -86,6 +86,18 @@ def test_the_optimizer_update_is_charged_once_per_step_from_the_profile():
     assert predict(profile, _free_network_cluster(), _dp(1), 1, global_batch=4).iteration_s - base == pytest.approx(4 * 10_000 * 1e-6)
 
 
+def test_exposed_communication_is_the_all_reduce_waited_for_not_the_optimizer_update():
+    profile = _uniform_profile(n_layers=4)
+    profile.optimizer_s_per_byte = 1e-6
+    assert predict(profile, _free_network_cluster(), _dp(1), 1, global_batch=4).comm_s == 0.0
+    slow = Cluster(devices_per_node=8, intra_node_gbps=1e-3, inter_node_gbps=1e-3, latency_us=0, inter_latency_us=0,
+                   comm_uses_compute=False)
+    two = predict(profile, slow, SimLayout("dp", [2], [], 1, "1f1b", set(), hides_allreduce=False), 2, global_batch=4)
+    allreduce = slow.allreduce_s(4 * 10_000, [0, 1])
+    assert two.comm_s == pytest.approx(allreduce)
+    assert two.iteration_s > allreduce + 4 * 10_000 * 1e-6
+
+
 @pytest.mark.parametrize("overrides,replicas,schedule,hides,stashes", [
     (["strategy=dp", "world_size=4"], [4], "1f1b", True, False),
     (["strategy=hippie", "world_size=4", "train.micro_batches=4"], [2, 2], "1f1b", True, False),
