@@ -62,6 +62,8 @@ def _simulate(cfg: DictConfig) -> None:
         raise SystemExit(2)
     rec = pred.record(spec.model.name, spec.data.name, cfg.cluster.name, cfg.cluster.memory_gib)
     rec["profile"], rec["profile_batch"] = cfg.sim.profile, profile.batch
+    # what tells rows apart in a table: the schedule or plan (variant), precision, tag and seed
+    rec.update({k: spec.summary()[k] for k in ("variant", "precision", "tag", "seed")})
     # where the compute costs came from: a measured profile, or the roofline (its GPU and fraction)
     rec["compute_model"] = profile.meta.get("compute_model") or {"kind": "profile", "device": profile.device}
     computes = spec.strategy_cls.samples_per_forward(spec)
