@@ -26,7 +26,8 @@ import torch.nn.functional as F
 from harness.errors import ConfigError
 from harness.metrics import optimizer_state_tensors
 from harness.strategies.base import PipelineKeys, Strategy, summed_eval
-from harness.strategies.layout import Partition, check_layout, resolve_boundaries, simulated_pipeline, uniform_replicas
+from harness.strategies.layout import (Partition, check_layout, micro_batch_samples, resolve_boundaries, simulated_pipeline,
+                                       uniform_replicas)
 from harness.training import make_optimizer, mean_loss
 
 _CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -73,7 +74,7 @@ class DeepSpeedPipeStrategy(Strategy):
 
     @classmethod
     def samples_per_forward(cls, spec) -> int:
-        return max(1, spec.train.global_batch // spec.train.micro_batches // uniform_replicas(spec)[0])
+        return micro_batch_samples(spec)
 
     @classmethod
     def variant(cls, spec) -> str:

@@ -43,8 +43,8 @@ from harness.runtime.executor import StageModule
 from harness.runtime.partition import stage_ranges
 from harness.runtime.topology import Topology
 from harness.strategies.base import PipelineKeys, Strategy, summed_eval
-from harness.strategies.layout import (check_layout, recompute_of_stages, resolve_boundaries, simulated_pipeline,
-                                       uniform_replicas)
+from harness.strategies.layout import (check_layout, micro_batch_samples, recompute_of_stages, resolve_boundaries,
+                                       simulated_pipeline, uniform_replicas)
 from harness.training import PRECISIONS, clip_gradients, eval_counts, make_optimizer, mean_loss, with_precision
 
 _SINGLE = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
@@ -102,7 +102,7 @@ class PipeliningStrategy(Strategy):
 
     @classmethod
     def samples_per_forward(cls, spec) -> int:
-        return max(1, spec.train.global_batch // spec.train.micro_batches // uniform_replicas(spec)[0])
+        return micro_batch_samples(spec)
 
     @classmethod
     def variant(cls, spec) -> str:

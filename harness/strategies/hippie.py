@@ -26,7 +26,7 @@ from harness.runtime import schedule as sch
 from harness.runtime.executor import Clip, GradSync, StageExecutor
 from harness.runtime.stage import build_stage
 from harness.strategies.base import PipelineKeys, Strategy, summed_eval
-from harness.strategies.layout import check_layout, pipeline_layout, simulated_pipeline, uniform_replicas
+from harness.strategies.layout import check_layout, micro_batch_samples, pipeline_layout, simulated_pipeline, uniform_replicas
 from harness.training import PRECISIONS, make_optimizer, with_precision
 
 
@@ -71,7 +71,7 @@ class HippieStrategy(Strategy):
 
     @classmethod
     def samples_per_forward(cls, spec) -> int:
-        return max(1, spec.train.global_batch // spec.train.micro_batches // uniform_replicas(spec)[0])
+        return micro_batch_samples(spec)
 
     @classmethod
     def variant(cls, spec) -> str:

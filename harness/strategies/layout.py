@@ -59,6 +59,12 @@ def uniform_replicas(spec) -> list[int]:
     return [spec.world_size // stages] * stages
 
 
+def micro_batch_samples(spec) -> int:
+    """Samples one worker of a uniform pipeline puts through a forward: a micro-batch's share of
+    its stage's replicas."""
+    return max(1, spec.train.global_batch // spec.train.micro_batches // uniform_replicas(spec)[0])
+
+
 def check_layout(spec, replicas: list[int], stages_per_rank: int = 1) -> None:
     """Pre-launch checks common to every pipeline strategy (``replicas`` per rank position of a
     pipeline; each position holds ``stages_per_rank`` stages)."""
