@@ -19,6 +19,8 @@ def _entry(rank: int, world_size: int, fn, args) -> None:
     ctx = comm.init_process_group(rank, world_size, rank, "cpu", "gloo", timeout_s=60)
     try:
         fn(ctx, *args)
+        # rank 0 hosts the store: leaving first would break a peer still creating a group through it
+        comm.Comm(ctx).barrier()
     finally:
         comm.destroy()
 
