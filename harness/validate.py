@@ -87,7 +87,7 @@ def validate_once(out: str, steps: int = 30, configs: dict[str, list[str]] | Non
     common = [*COMMON, f"train.steps={steps}"]
     pairs = {}
     for name, overrides in (configs or CONFIGS).items():
-        folder = name.replace(" ", "_").replace("=", "")
+        folder = _run_folder(name)
         profile = os.path.abspath(os.path.join(out, "profiles", f"{folder}.json"))
         measured_dir = os.path.abspath(os.path.join(out, "measured", folder))
         simulated_dir = os.path.abspath(os.path.join(out, "simulated", folder))
@@ -105,6 +105,11 @@ def validate_once(out: str, steps: int = 30, configs: dict[str, list[str]] | Non
     return pairs
 
 
+def _run_folder(name: str) -> str:
+    """The folder a configuration's runs go in, named after it."""
+    return name.replace(" ", "_").replace("=", "")
+
+
 def collect(out: str) -> list[dict]:
     """The repeats already under ``out`` (an interrupted run's too), each with the configurations it
     finished: measured before and after, and predicted."""
@@ -115,7 +120,7 @@ def collect(out: str) -> list[dict]:
             return repeats
         pairs = {}
         for name in CONFIGS:
-            base = name.replace(" ", "_").replace("=", "")
+            base = _run_folder(name)
             runs = [os.path.join(folder, "measured", f"{base}-{when}") for when in ("before", "after")]
             simulated = os.path.join(folder, "simulated", base)
             if all(os.path.exists(os.path.join(d, "metrics.json")) for d in (*runs, simulated)):
