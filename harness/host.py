@@ -1,12 +1,39 @@
-"""How worker processes use this host: torch threads per worker, the CPU allocator's settings.
+"""Worker processes on this host: how they start, their torch threads, the CPU allocator's settings.
 
-Shared by the launcher (training workers) and the profiler (measuring workers), so
-both run under the same conditions.
+Shared by the launcher (training workers), the profiler (measuring workers) and the
+tests, so all run under the same conditions.
+
+**How they start.** Workers are forked from a server process that has already
+imported torch, timm and the runtime (multiprocessing's *forkserver*, with those
+modules preloaded), instead of each starting a fresh interpreter (*spawn*): on this
+2-core machine each spawned worker spent 3.5-7 s importing torch, timm and
+torchvision (torchvision pulls in torch._dynamo) before its first step, two of
+them at once. ``python -m harness`` starts the server first thing
+(:func:`prestart`), so its imports run beside the command's own.
+
+Not a plain fork of the command itself: the command holds threads (wandb, tqdm,
+Hydra's logging), and a fork copies their locks in whatever state they are in. The
+server holds none and never runs a torch operation, so no thread pool is forked
+either; importing torch does not touch CUDA, so the same holds on GPUs (PyTorch
+supports spawn and forkserver with CUDA, not fork).
+
+A forked worker would otherwise see the server's world as it was when the server
+started; it is given the caller's at the time of the start instead: the environment
+(MASTER_PORT changes per run; DS_ACCELERATOR is read when DeepSpeed is imported,
+which the server does not preload) and the standard output and error (a progress
+bar goes where the command's output goes). glibc reads its malloc settings once,
+when a process starts, so :func:`cpu_worker_environment` is applied before the
+server starts.
 """
 
 from __future__ import annotations
 
+import atexit
+import multiprocessing as mp
+import multiprocessing.forkserver as forkserver
 import os
+import signal
+from multiprocessing import reduction
 
 
 def threads_per_process(requested: int, local_world: int) -> int:
@@ -28,3 +55,86 @@ def cpu_worker_environment() -> None:
     """Allocator settings for CPU worker processes started from here (values already set win)."""
     for key, value in _CPU_ALLOCATOR_ENV.items():
         os.environ.setdefault(key, value)
+
+
+# what every worker imports: the training loop, our strategies and the peers whose libraries
+# read nothing from the environment at import (DeepSpeed does: it is imported by its workers)
+PRELOAD = ["torch", "harness.run.worker", "harness.strategies.hippie", "harness.strategies.ashpipe",
+           "baselines.ddp", "baselines.pipelining", "baselines.gpipe"]
+START_METHOD = "forkserver"
+
+
+def prestart() -> None:
+    """Start the server now, so that its imports overlap the caller's (once per process)."""
+    cpu_worker_environment()
+    mp.get_context(START_METHOD).set_forkserver_preload(PRELOAD)
+    if _server_pid() is None:
+        atexit.register(_stop_server)
+    forkserver.ensure_running()
+
+
+def _server_pid() -> int | None:
+    return getattr(forkserver._forkserver, "_forkserver_pid", None)
+
+
+def _stop_server() -> None:
+    """At exit: end the server even while it is still importing (it would otherwise finish its
+    imports before it noticed, outliving a command refused in its first second)."""
+    pid = _server_pid()
+    if pid is None:
+        return
+    try:
+        os.kill(pid, signal.SIGTERM)
+        os.waitpid(pid, 0)
+    except (ProcessLookupError, ChildProcessError):
+        pass
+
+
+def worker_context():
+    """The multiprocessing context workers start from (for synchronisation objects they share)."""
+    prestart()
+    return mp.get_context(START_METHOD)
+
+
+def start_workers(fn, args: tuple, nprocs: int, join: bool = True):
+    """``fn(rank, *args)`` in ``nprocs`` worker processes, through torch.multiprocessing's
+    ``start_processes`` (with ``join=False``, its context, to watch and end them)."""
+    import torch.multiprocessing as tmp  # this module stays importable without torch (the command's first step)
+
+    prestart()
+    return tmp.start_processes(_entry, args=(_Inherited(), fn, args), nprocs=nprocs, join=join,
+                               start_method=START_METHOD)
+
+
+def _entry(rank: int, inherited: "_Inherited", fn, args: tuple) -> None:
+    fn(rank, *args)
+
+
+class _Inherited:
+    """The caller's environment and standard streams, applied while a worker unpickles its
+    arguments. It comes first among them: unpickling ``fn`` and ``args`` may import modules
+    (a baseline's library) that read the environment."""
+
+    def __reduce__(self):
+        # DupFd works only while multiprocessing pickles a new process's arguments: the
+        # descriptor is passed to the child alongside them
+        streams = [(fd, reduction.DupFd(fd)) for fd in (1, 2) if _is_open(fd)]
+        return _restore, (dict(os.environ), streams)
+
+
+def _restore(env: dict, streams: list) -> _Inherited:
+    os.environ.clear()
+    os.environ.update(env)
+    for target, dup in streams:
+        fd = dup.detach()
+        os.dup2(fd, target)
+        os.close(fd)
+    return _Inherited()
+
+
+def _is_open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+        return True
+    except OSError:
+        return False

@@ -10,7 +10,6 @@ import time
 
 from hydra.experimental.callback import Callback
 
-from harness.report.tables import comparison_table, load_records, write_outputs
 from harness.report.wandb_mirror import log_comparison
 
 # failed runs of the last sweep this process ran (read by harness/__main__ for the exit code)
@@ -41,6 +40,9 @@ class SweepTableCallback(Callback):
             json.dump({"group": group, "started": time.time()}, f)
 
     def on_multirun_end(self, config, **kwargs) -> None:
+        # pandas, scipy and matplotlib only now: a run's start-up does not wait for them
+        from harness.report.tables import comparison_table, load_records, write_outputs
+
         sweep_dir = config.hydra.sweep.dir
         df = load_records([sweep_dir])
         if df.empty:

@@ -23,12 +23,11 @@ import tempfile
 from dataclasses import asdict, dataclass, replace
 
 import torch
-import torch.multiprocessing as mp
 from torch import nn
 from torch.distributed.pipelining._backward import stage_backward_input, stage_backward_weight
 
 from harness import comm as comm_mod
-from harness.host import cpu_worker_environment
+from harness.host import start_workers, worker_context
 from harness.models import build_layers
 from harness.planning.planner import LayerProfile, Network, Profile
 from harness.timing import DeviceTimer
@@ -181,7 +180,7 @@ def measure_local_network() -> Network:
     os.environ["MASTER_PORT"] = str(comm_mod.free_port())
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "net.pt")
-        mp.start_processes(_network_worker, args=(out,), nprocs=2, start_method="spawn")
+        start_workers(_network_worker, args=(out,), nprocs=2)
         return Network(**torch.load(out))
 
 
@@ -203,11 +202,9 @@ def measure_profile(work: Workload, device: torch.device, network: Network | Non
         # many processes at once, each with a worker's threads, and keep the slowest one's figures
         # (the slowest rank sets a run's step time)
         processes = min(work.workers, os.cpu_count() or 1)
-        cpu_worker_environment()
-        side_by_side = mp.get_context("spawn").Barrier(processes)
+        side_by_side = worker_context().Barrier(processes)
         with tempfile.TemporaryDirectory() as d:
-            mp.start_processes(_measure_worker, args=(work, device, side_by_side, d), nprocs=processes,
-                               start_method="spawn")
+            start_workers(_measure_worker, args=(work, device, side_by_side, d), nprocs=processes)
             measured = [_load_measurement(os.path.join(d, f"{r}.json")) for r in range(processes)]
         layers, pass_s, update_s, _ = max(measured, key=lambda m: m[1])
         meeting = meeting_factor([m[3] for m in measured])

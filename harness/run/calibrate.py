@@ -20,12 +20,11 @@ import statistics
 import tempfile
 
 import torch
-import torch.multiprocessing as mp
 
 from harness import comm as comm_mod
 from harness.config.spec import RunSpec
 from harness.data import BatchOrder, load
-from harness.host import cpu_worker_environment, threads_per_process
+from harness.host import start_workers, threads_per_process
 from harness.metrics import track_cpu_allocations
 from harness.models import build_layers
 from harness.timing import DeviceTimer
@@ -38,10 +37,8 @@ def null_step_times(specs: list[RunSpec], rounds: int = 5, steps: int = 6, warmu
     n = first.strategy_cls.processes(first)
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(comm_mod.free_port())
-    if first.device == "cpu":
-        cpu_worker_environment()
     with tempfile.TemporaryDirectory() as out:
-        mp.start_processes(_worker, args=(n, specs, rounds, steps, warmup, out), nprocs=n, start_method="spawn")
+        start_workers(_worker, args=(n, specs, rounds, steps, warmup, out), nprocs=n)
         with open(os.path.join(out, "times.json")) as f:
             return json.load(f)
 

@@ -1,8 +1,9 @@
 """Starting the workers of one run, and turning their outcome into one record.
 
 Two ways in:
-- **spawn** (the default): this process starts ``world_size`` workers on this
-  machine with torch.multiprocessing, watches them, and ends all of them when
+- **local** (the default): this process starts ``world_size`` workers on this
+  machine (:func:`harness.host.start_workers`: forked from a server that has
+  already imported torch and the runtime), watches them, and ends all of them when
   one fails (``launch.failure_timeout`` bounds how long that takes);
 - **join**: when torchrun or Slurm started this process as one rank
   (RANK/WORLD_SIZE/MASTER_ADDR set), it trains as that rank; rank 0 writes the
@@ -28,7 +29,7 @@ import torch.multiprocessing as tmp
 from harness import comm as comm_mod
 from harness.config.spec import RunSpec
 from harness.errors import ConfigError
-from harness.host import cpu_worker_environment, threads_per_process
+from harness.host import start_workers, threads_per_process
 from harness.metrics import track_cpu_allocations
 from harness.report import record as record_mod
 from harness.run.worker import train, worker_main
@@ -48,7 +49,7 @@ def run(spec: RunSpec, output_dir: str, progress: bool = True) -> dict:
             if joined[0] != 0:
                 return record  # only rank 0 writes the record
         else:
-            result = _run_spawned(spec, output_dir, progress)
+            result = _run_local(spec, output_dir, progress)
         record.update(result)
         record["status"] = "ok"
     except WorkerFailure as e:
@@ -86,18 +87,14 @@ def _run_joined(spec: RunSpec, info: tuple[int, int, int]) -> dict:
         comm_mod.destroy()
 
 
-def _run_spawned(spec: RunSpec, output_dir: str, progress: bool) -> dict:
+def _run_local(spec: RunSpec, output_dir: str, progress: bool) -> dict:
     result_path = os.path.join(output_dir, _RESULT_FILE)
     for stale in glob.glob(glob.escape(result_path) + "*"):
         os.remove(stale)
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(comm_mod.free_port())
     n = spec.strategy_cls.processes(spec)
-    if spec.device == "cpu":
-        cpu_worker_environment()
-    ctx = tmp.start_processes(
-        worker_main, args=(spec, n, n, result_path, progress), nprocs=n, join=False, start_method="spawn",
-    )
+    ctx = start_workers(worker_main, args=(spec, n, n, result_path, progress), nprocs=n, join=False)
     try:
         # join() returns True when all exited cleanly; on the first failure it
         # terminates the others (SIGTERM, then SIGKILL after the grace period)

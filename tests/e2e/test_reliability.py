@@ -34,8 +34,9 @@ def test_a_failing_worker_fails_the_job_with_a_record(workdir, fault, expect):
 
 
 def _workers(parent: psutil.Process) -> list[psutil.Process]:
-    return [c for c in parent.children(recursive=True)
-            if "spawn_main" in " ".join(c.cmdline()) and "resource_tracker" not in " ".join(c.cmdline())]
+    """The run's workers: the processes its forkserver forked (harness.host)."""
+    servers = [c for c in parent.children() if "forkserver" in " ".join(c.cmdline())]
+    return [w for s in servers for w in s.children()]
 
 
 def test_killing_a_worker_mid_run_ends_the_job_within_the_bound(workdir):

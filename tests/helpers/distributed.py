@@ -1,13 +1,13 @@
-"""Run a function on a small real gloo world (spawned processes) from a test."""
+"""Run a function on a small real gloo world (worker processes, started as the launcher starts them) from a test."""
 
 from __future__ import annotations
 
 import os
 
 import torch
-import torch.multiprocessing as mp
 
 from harness import comm
+from harness.host import start_workers
 from harness.metrics import track_cpu_allocations
 from harness.models import build_layers
 from harness.training import clip_gradients, make_optimizer, summed_loss, with_precision
@@ -29,7 +29,7 @@ def spawn(world_size: int, fn, *args) -> None:
     """Call ``fn(ctx, *args)`` on every rank of a fresh ``world_size``-process gloo group."""
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(comm.free_port())
-    mp.start_processes(_entry, args=(world_size, fn, args), nprocs=world_size, start_method="spawn")
+    start_workers(_entry, args=(world_size, fn, args), nprocs=world_size)
 
 
 def reference_step(spec, x: torch.Tensor, y: torch.Tensor, steps: int = 1) -> dict[str, torch.Tensor]:
