@@ -13,7 +13,6 @@ summed on the device, and on NCCL a wait only orders the streams.
 from __future__ import annotations
 
 import contextlib
-import functools
 from dataclasses import dataclass, field
 
 import torch
@@ -33,6 +32,10 @@ def _weights(module: nn.Module, version: dict[str, torch.Tensor]):
     torch.func.functional_call does), around both forward and backward, so that
     recomputation in backward sees the same weights as the forward did."""
     return _reparametrize_module(module, version)
+
+
+def _same_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
 
 
 # where an action's time goes in the split (sends and STEP: their parts are marked inside)
@@ -77,40 +80,66 @@ class Clip:
     weight: float = 1.0
 
 
+class GradBuckets:
+    """A stage's gradients in persistent flat buffers, one per bucket.
+
+    Buckets hold parameters in reverse order (the order backward finalises them), up to
+    ``bucket_bytes`` each. Each parameter's ``.grad`` is a view into its bucket's buffer,
+    set once: backward accumulates into it in place, the replica all-reduce reduces the
+    buffer in place (no concatenation, no copy back), and :meth:`zero` clears a bucket
+    with one operation instead of freeing and reallocating every gradient each step.
+    """
+
+    def __init__(self, params: list[nn.Parameter], bucket_bytes: int):
+        self.buckets: list[list[nn.Parameter]] = []
+        current, size = [], 0
+        for p in reversed(params):
+            if current and (size >= bucket_bytes or p.dtype != current[0].dtype):
+                self.buckets.append(current)
+                current, size = [], 0
+            current.append(p)
+            size += p.numel() * p.element_size()
+        if current:
+            self.buckets.append(current)
+        self.flats: list[torch.Tensor] = []
+        for bucket in self.buckets:
+            flat = torch.zeros(sum(p.numel() for p in bucket), dtype=bucket[0].dtype, device=bucket[0].device)
+            offset = 0
+            for p in bucket:
+                p.grad = flat[offset : offset + p.numel()].view_as(p)
+                offset += p.numel()
+            self.flats.append(flat)
+
+    def zero(self) -> None:
+        for flat in self.flats:
+            flat.zero_()
+
+
 class GradSync:
     """Bucketed, asynchronous gradient all-reduce over a stage's replica group.
 
-    Buckets hold parameters in reverse order (the order backward finalises
-    them). While armed (the last backward of an iteration), a hook on each
-    parameter counts it ready once its gradient has been accumulated; when a
-    bucket is complete its all-reduce starts at once and runs while backward
-    continues. :meth:`wait` is called only before the optimizer step.
+    While armed (the last backward of an iteration), a hook on each parameter
+    counts it ready once its gradient has been accumulated; when a bucket is
+    complete the all-reduce of its buffer starts at once, in place, and runs while
+    backward continues. :meth:`wait` is called only before the optimizer step.
 
     What was hidden is measured, not assumed: each launch is marked on the device
     timer, and :meth:`backward_done` marks the end of the armed backward; ``overlap()``
     then says how many buckets started before it and for how long all-reduces ran under it.
     """
 
-    def __init__(self, params: list[nn.Parameter], comm: Comm, group, bucket_bytes: int):
-        self.comm, self.group = comm, group
+    def __init__(self, grads: GradBuckets, comm: Comm, group):
+        self.grads, self.comm, self.group = grads, comm, group
         self.timer = DeviceTimer(comm.ctx.device)
-        self.buckets: list[list[nn.Parameter]] = []
-        current, size = [], 0
-        for p in reversed(params):
-            current.append(p)
-            size += p.numel() * p.element_size()
-            if size >= bucket_bytes:
-                self.buckets.append(current)
-                current, size = [], 0
-        if current:
-            self.buckets.append(current)
+        self.buckets = grads.buckets
         self._bucket_of = {id(p): b for b, bucket in enumerate(self.buckets) for p in bucket}
         self._ready = [0] * len(self.buckets)
-        self._pending: dict[int, tuple[torch.Tensor, Pending]] = {}
+        self._pending: dict[int, Pending] = {}
         self._launched_at: list = []  # (device-timer mark, launched under the armed backward)
         self._backward_end = None
         self.armed = False
-        self._hooks = [p.register_post_accumulate_grad_hook(self._on_grad_ready) for p in params]
+        self._hooks = [p.register_post_accumulate_grad_hook(self._on_grad_ready)
+                       for bucket in self.buckets for p in bucket]
 
     def close(self) -> None:
         """Remove the hooks (the parameters outlive this object: Switch Parallelism re-plans them)."""
@@ -139,15 +168,10 @@ class GradSync:
 
     def follow(self, masters: list[nn.Parameter], copies: list[torch.Tensor]) -> None:
         """Count ``copies`` (a stashed weight version) for their ``masters``: with weight
-        stashing the backward accumulates into the copies, so the masters' own hooks never
-        fire; the copy's gradient becomes the master's and its bucket fills as usual."""
+        stashing the backward accumulates into the copies, whose ``.grad`` is the master's
+        (see the executor's stash), so the masters' own hooks never fire; the copies' do."""
         for p, t in zip(masters, copies):
-            t.register_post_accumulate_grad_hook(functools.partial(self._on_copy_ready, p))
-
-    def _on_copy_ready(self, p: nn.Parameter, copy: torch.Tensor) -> None:
-        if self.armed:
-            p.grad = copy.grad  # what the optimizer steps with (the executor sets it again after backward)
-            self._on_grad_ready(p)
+            t.register_post_accumulate_grad_hook(lambda _t, p=p: self._on_grad_ready(p))
 
     def _on_grad_ready(self, p: torch.Tensor) -> None:
         if not self.armed:
@@ -158,23 +182,17 @@ class GradSync:
             self._launch(b)
 
     def _launch(self, b: int) -> None:
-        flat = torch.cat([p.grad.reshape(-1) for p in self.buckets[b]])
         self._launched_at.append((self.timer.mark(), self.armed and self._backward_end is None))
-        self._pending[b] = (flat, self.comm.all_reduce_async(flat, self.group))
+        self._pending[b] = self.comm.all_reduce_async(self.grads.flats[b], self.group)
 
     def wait(self) -> None:
-        """Finish every bucket's all-reduce and write the sums back into ``.grad``."""
+        """Finish every bucket's all-reduce (the sums are already in the gradients' buffers)."""
         self.armed = False
         for b in range(len(self.buckets)):
             if b not in self._pending:  # a parameter never became ready: reduce it now
                 self._launch(b)
-        for b, (flat, work) in sorted(self._pending.items()):
+        for work in self._pending.values():
             work.wait()
-            offset = 0
-            for p in self.buckets[b]:
-                n = p.numel()
-                p.grad.copy_(flat[offset : offset + n].view_as(p.grad))
-                offset += n
         self._pending.clear()
 
 
@@ -219,24 +237,36 @@ class StagePlan:
 
 
 class StageExecutor:
+    """What runs on the hot path is prepared once: gradients live in persistent buckets
+    (:class:`GradBuckets`), each micro-batch's sample range and transfers are computed once
+    per batch size, received tensors come from a pool of buffers, and stashed weight
+    versions are reused once their backward is done."""
+
     def __init__(self, plan: StagePlan, module: StageModule, comm: Comm, optimizer: torch.optim.Optimizer,
-                 grad_sync: GradSync | None, dtype: torch.dtype = torch.float32, stash_weights: bool = False,
-                 label_smoothing: float = 0.0, clip: Clip | None = None):
-        """``dtype``: the activations' and gradients' type between stages (bf16 in a bf16 run);
+                 grads: GradBuckets, grad_sync: GradSync | None, dtype: torch.dtype = torch.float32,
+                 stash_weights: bool = False, label_smoothing: float = 0.0, clip: Clip | None = None):
+        """``grads``: the stage's gradient buffers (``grad_sync`` reduces them across replicas);
+        ``dtype``: the activations' and gradients' type between stages (bf16 in a bf16 run);
         ``clip``: how a STEP clips the gradients' norm (None: it does not)."""
         self.plan, self.module, self.comm = plan, module, comm
-        self.optimizer, self.grad_sync, self.dtype = optimizer, grad_sync, dtype
+        self.optimizer, self.grads, self.grad_sync, self.dtype = optimizer, grads, grad_sync, dtype
         self.label_smoothing, self.clip = label_smoothing, clip
         self.device = comm.ctx.device
         self.timer = DeviceTimer(self.device)
         # weight stashing (asynchronous schedules): a forward runs on a copy of the
         # weights it saw, kept until its backward, while STEPs update the master weights
         self.stash_weights = stash_weights
+        self._names = [n for n, _ in module.named_parameters()]
+        self._masters = [p for _, p in module.named_parameters()]
+        self._stash: dict[int, list[torch.Tensor]] = {}
+        self._free_versions: list[list[torch.Tensor]] = []
+        self._received: dict[tuple, list[torch.Tensor]] = {}  # free receive buffers, by shape
+        self._ranges: dict[tuple[int, int], tuple[int, int]] = {}
+        self._transfers: dict[tuple[int, int, bool], list] = {}
         self._tag_base = 0
         self._settle = False
         self._spans: list[tuple] = []
         self._reduced = False  # a STEP reduced gradients in this call
-        self._stash: dict[int, dict[str, torch.Tensor]] = {}
         self._reset_state()
 
     def _reset_state(self) -> None:
@@ -247,8 +277,8 @@ class StageExecutor:
         self._sends: list[Pending] = []
 
     def stashed_tensors(self) -> list[torch.Tensor]:
-        """Weight copies held for minibatches in flight (for the memory breakdown)."""
-        return [t for version in self._stash.values() for t in version.values()]
+        """Weight copies held for minibatches in flight, and those kept for reuse (for the memory breakdown)."""
+        return [t for version in [*self._stash.values(), *self._free_versions] for t in version]
 
     # -- one call ------------------------------------------------------------
     def run(self, actions: list[sch.Action], x: torch.Tensor | None, y: torch.Tensor | None,
@@ -341,23 +371,51 @@ class StageExecutor:
         # asynchronous schedules number minibatches across calls; within a batch the
         # slice is the index modulo the micro-batch count
         p = self.plan
-        return owned_range(p.topo, self._batch, p.micro_batches, micro % p.micro_batches, p.stage, p.replica)
+        key = (self._batch, micro % p.micro_batches)
+        if key not in self._ranges:
+            self._ranges[key] = owned_range(p.topo, self._batch, p.micro_batches, key[1], p.stage, p.replica)
+        return self._ranges[key]
 
     def _pieces(self, micro: int, towards_next: bool):
         """Transfers of ``micro`` that touch this rank on the boundary with the next (or previous) stage."""
         p = self.plan
-        boundary = p.stage if towards_next else p.stage - 1
-        me = "src" if towards_next else "dst"
-        pieces = transfers(p.topo, self._batch, p.micro_batches, micro % p.micro_batches, boundary)
-        return [t for t in pieces if getattr(t, me) == p.rank]
+        key = (self._batch, micro % p.micro_batches, towards_next)
+        if key not in self._transfers:
+            boundary = p.stage if towards_next else p.stage - 1
+            me = "src" if towards_next else "dst"
+            pieces = transfers(p.topo, self._batch, p.micro_batches, key[1], boundary)
+            self._transfers[key] = [t for t in pieces if getattr(t, me) == p.rank]
+        return self._transfers[key]
 
     def _receive(self, micro: int, shape: tuple[int, ...], pieces, peer_attr: str, tag: int) -> torch.Tensor:
         lo, hi = self._range(micro)
-        buf = torch.empty((hi - lo, *shape), dtype=self.dtype, device=self.device)
+        free = self._received.get((hi - lo, *shape))
+        buf = free.pop() if free else torch.empty((hi - lo, *shape), dtype=self.dtype, device=self.device)
         waits = [self.comm.irecv(buf[t.lo - lo : t.hi - lo], getattr(t, peer_attr), tag) for t in pieces]
         for w in waits:
             w.wait()
         return buf
+
+    def _release(self, buf: torch.Tensor) -> None:
+        """``buf`` (a received tensor) is no longer read by anything: keep it for a later receive."""
+        buf.grad = None
+        self._received.setdefault(tuple(buf.shape), []).append(buf.detach())
+
+    def _new_version(self) -> list[torch.Tensor]:
+        """A copy of the master weights for one minibatch in flight: a kept one when there is one
+        (one copy kernel for all of them), otherwise new leaves whose gradients are the masters'
+        buffers, so a backward on the copy accumulates straight into the stage's buckets."""
+        if self._free_versions:
+            version = self._free_versions.pop()
+            with torch.no_grad():
+                torch._foreach_copy_(version, self._masters)
+            return version
+        version = [p.detach().clone().requires_grad_(True) for p in self._masters]
+        for t, p in zip(version, self._masters):
+            t.grad = p.grad
+        if self.grad_sync is not None:  # the replica all-reduce starts under this version's backward
+            self.grad_sync.follow(self._masters, version)
+        return version
 
     def _send(self, tensor: torch.Tensor, micro: int, pieces, peer_attr: str, tag: int) -> None:
         lo, _ = self._range(micro)
@@ -384,12 +442,8 @@ class StageExecutor:
             # layers would in one process (a bf16 input would keep the residual stream in bf16)
             inp = self._inputs[a.micro].float()
         if self.stash_weights and self._training:
-            masters = dict(self.module.named_parameters())
-            version = {n: p.detach().clone().requires_grad_(True) for n, p in masters.items()}
-            self._stash[a.micro] = version
-            if self.grad_sync is not None:  # the replica all-reduce starts under this version's backward
-                self.grad_sync.follow(list(masters.values()), list(version.values()))
-            with _weights(self.module, version):
+            version = self._stash[a.micro] = self._new_version()
+            with _weights(self.module, dict(zip(self._names, version))):
                 out = self.module(inp)
         else:
             out = self.module(inp)
@@ -426,22 +480,29 @@ class StageExecutor:
         if a.reduce and self.grad_sync is not None:
             self.grad_sync.arm()
         version = self._stash.pop(a.micro, None)
-        # recomputed layers run their forward again here: give them the same weights
-        with _weights(self.module, version) if version is not None else contextlib.nullcontext():
+        # recomputed layers run their forward again here: give them the same weights (whose
+        # gradients are the master weights' buffers: see _new_version)
+        with _weights(self.module, dict(zip(self._names, version))) if version is not None else contextlib.nullcontext():
             if self.plan.is_last:
                 self._losses.pop(a.micro).backward()
             else:
                 out = self._outputs.pop(a.micro)
-                torch.autograd.backward(out, self._grads.pop(a.micro).to(out.dtype))
+                grad = self._grads.pop(a.micro)
+                torch.autograd.backward(out, grad.to(out.dtype))
+                inp = self._inputs.get(a.micro)
+                # autograd may hand the received gradient itself on as the input's gradient (a
+                # residual stream passes it through): then it is still to be sent
+                if inp is None or inp.grad is None or not _same_storage(inp.grad, grad):
+                    self._release(grad)
         if a.reduce and self.grad_sync is not None:
             self.grad_sync.backward_done()
-        if version is not None:  # gradients computed on the stashed weights update the master weights
-            for n, p in self.module.named_parameters():
-                p.grad = version[n].grad
+        if version is not None:
+            self._free_versions.append(version)
 
     def _SEND_B(self, a: sch.Action) -> None:
         inp = self._inputs.pop(a.micro)
         self._send(inp.grad, a.micro, self._pieces(a.micro, towards_next=False), "src", tag=_tag(a.micro, grad=True, base=self._tag_base))
+        self._release(inp)  # the send holds the gradient it reads
 
     def _STEP(self, a: sch.Action) -> None:
         if self.grad_sync is not None:
@@ -454,5 +515,5 @@ class StageExecutor:
             clip_gradients(self.module.parameters(), self.clip.max_norm,
                            self.comm.all_reduce if self.clip.whole_model else None, self.clip.weight)
         self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        self.grads.zero()
         self._spans.append((None, "compute_s", t0, self.timer.mark()))

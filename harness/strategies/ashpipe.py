@@ -46,7 +46,7 @@ from harness.planning.planner import Network, Profile, data_parallel_cost, plan
 from harness.planning.profiling import measure_network, profile_layers
 from harness.planning.simulator import ASYNC, SimLayout, scaled_profile
 from harness.runtime import schedule as sch
-from harness.runtime.executor import Clip, GradSync, StageExecutor
+from harness.runtime.executor import Clip, GradBuckets, GradSync, StageExecutor
 from harness.runtime.stage import build_stage
 from harness.strategies.base import Strategy, StrategyConfig, summed_eval
 from harness.strategies.layout import Partition, check_layout, pipeline_layout, simulated_pipeline, visiting
@@ -201,13 +201,14 @@ class AshPipeStrategy(Strategy):
             for p in self.params:
                 if p in optimizer_state.state:
                     self.optimizer.state[p] = optimizer_state.state[p]
+        grads = GradBuckets(self.params, layout.bucket_bytes)
         grad_sync = None
         if group is not None:
-            grad_sync = GradSync(self.params, self.comm, group, layout.bucket_bytes)
+            grad_sync = GradSync(grads, self.comm, group)
         # an asynchronous pipeline has no moment at which the whole model's gradient exists: each stage
         # clips its own (its replicas hold the same gradients once reduced)
         clip = Clip(spec.train.grad_clip_norm, whole_model=False) if spec.train.grad_clip_norm else None
-        self.executor = StageExecutor(self.plan, self.build.module, self.comm, self.optimizer, grad_sync,
+        self.executor = StageExecutor(self.plan, self.build.module, self.comm, self.optimizer, grads, grad_sync,
                                       dtype=PRECISIONS[spec.train.precision],
                                       stash_weights=self.plan.stage < self.plan.topo.num_stages - 1,
                                       label_smoothing=spec.train.label_smoothing, clip=clip)
@@ -407,9 +408,10 @@ class _PlainDataParallel:
         self.model = nn.Sequential(*with_precision(layers, spec.train.precision)).to(ctx.device)
         self.params = list(self.model.parameters())
         self.optimizer = make_optimizer(self.params, spec.train, spec.steps)
+        self.grads = GradBuckets(self.params, int(spec.strategy.bucket_mb * 2**20))
         self.grad_sync = None
         if ctx.world_size > 1:
-            self.grad_sync = GradSync(self.params, comm, dist.group.WORLD, int(spec.strategy.bucket_mb * 2**20))
+            self.grad_sync = GradSync(self.grads, comm, dist.group.WORLD)
         self.share = replica_slice(spec.train.global_batch, ctx.world_size, ctx.rank)
 
     def train_step(self, x, y):
@@ -423,7 +425,7 @@ class _PlainDataParallel:
             self.grad_sync.wait()
         clip_gradients(self.params, t.grad_clip_norm)  # every rank holds the whole model's gradient
         self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        self.grads.zero()
         return loss.detach()
 
     @torch.no_grad()
@@ -438,6 +440,8 @@ class _PlainDataParallel:
     def close(self) -> None:
         if self.grad_sync is not None:
             self.grad_sync.close()
+        for p in self.params:  # the whole model's gradient buffers go; the stage makes its own
+            p.grad = None
 
 
 # -- planning inside a job, and for python -m harness.plan ----------------------------

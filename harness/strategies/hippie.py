@@ -23,7 +23,7 @@ from harness.errors import ConfigError
 from harness.metrics import optimizer_state_tensors
 from harness.options import bounded
 from harness.runtime import schedule as sch
-from harness.runtime.executor import Clip, GradSync, StageExecutor
+from harness.runtime.executor import Clip, GradBuckets, GradSync, StageExecutor
 from harness.runtime.stage import build_stage
 from harness.strategies.base import PipelineKeys, Strategy, summed_eval
 from harness.strategies.layout import check_layout, micro_batch_samples, pipeline_layout, simulated_pipeline, uniform_replicas
@@ -51,12 +51,13 @@ class HippieStrategy(Strategy):
         self.plan = self.build.plan
         self.params = list(self.build.module.parameters())
         self.optimizer = make_optimizer(self.params, spec.train, spec.steps)
+        grads = GradBuckets(self.params, layout.bucket_bytes)
         grad_sync = None
         if self.build.replica_group is not None:
-            grad_sync = GradSync(self.params, comm, self.build.replica_group, layout.bucket_bytes)
+            grad_sync = GradSync(grads, comm, self.build.replica_group)
         # a synchronous pipeline clips the whole model's norm, as one process would
         clip = Clip(spec.train.grad_clip_norm, whole_model=True, weight=1 / self.plan.topo.replicas[self.plan.stage])
-        self.executor = StageExecutor(self.plan, self.build.module, comm, self.optimizer, grad_sync,
+        self.executor = StageExecutor(self.plan, self.build.module, comm, self.optimizer, grads, grad_sync,
                                       dtype=PRECISIONS[spec.train.precision], label_smoothing=spec.train.label_smoothing,
                                       clip=clip if spec.train.grad_clip_norm else None)
         S, m = self.plan.topo.num_stages, layout.micro_batches
