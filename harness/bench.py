@@ -16,7 +16,10 @@ It prints, per model, each configuration's median samples/s and its spread
 (min-max over the repeats), the start-up time (command start to the first
 training step of the 2-worker runs) and the ratios: Hippie / best peer 1F1B,
 Hippie / bubble bound (2 T1 m / (m + p - 1)), AshPipe / DP, AshPipe / no-bubble
-bound (2 T1). ``--out`` gets ``bench.md``, ``bench.json`` and the runs' records.
+bound (2 T1). Where the bounds are missed, it says why from the runs' profiled steps
+(measured one way for every strategy): the compute a sample costs in each
+configuration against one worker alone, and the share of its schedule each spends
+computing at that cost. ``--out`` gets ``bench.md``, ``bench.json`` and the runs' records.
 """
 
 from __future__ import annotations
@@ -60,8 +63,13 @@ def run_one(model: str, name: str, overrides: list[str], steps: int, folder: str
         return {"status": "failed", "error": tail[0]}
     with open(record_path) as f:
         record = json.load(f)
+    # the profiled step, measured one way for every strategy (operator spans): compute per sample
+    # summed over the ranks, and the job's idle share
+    compute = [r["idle"]["compute_s"] for r in record.get("per_rank") or [] if (r.get("idle") or {}).get("compute_s")]
     return {"status": record["status"], "error": record.get("error"), "throughput": record.get("throughput"),
-            "startup_s": record["training_started_at"] - started if record.get("training_started_at") else None}
+            "startup_s": record["training_started_at"] - started if record.get("training_started_at") else None,
+            "compute_per_sample_s": sum(compute) / MODELS[model]["batch"] if compute else None,
+            "bubble_measured": record.get("bubble_measured"), "bubble_analytic": record.get("bubble_analytic")}
 
 
 def _median(values: list[float]) -> float | None:
@@ -81,6 +89,19 @@ def summarise(runs: dict[str, dict[str, list[dict]]]) -> dict:
             return a / b if a and b else None
 
         startups = [r["startup_s"] for name, rs in configs.items() if name != "dp_w1" for r in rs if r.get("startup_s")]
+        profile = {name: {key: _median([r[key] for r in rs if r.get(key) is not None])
+                          for key in ("compute_per_sample_s", "bubble_measured", "bubble_analytic")}
+                   for name, rs in configs.items()}
+        c1 = profile["dp_w1"]["compute_per_sample_s"]
+        for name, p in profile.items():
+            # a configuration's ratio to its bound, workers T1 (1 - analytic bubble), is the product of
+            # what a sample's compute costs here against one worker alone (inverted) and the share of
+            # the schedule's time the workers spend computing at that cost (transfers, waits and
+            # per-action overhead take the rest)
+            workers = 1 if name == "dp_w1" else STAGES
+            p["compute_inflation"] = ratio(p["compute_per_sample_s"], c1)
+            if med[name] and p["compute_per_sample_s"]:
+                p["of_schedule"] = med[name] * p["compute_per_sample_s"] / (workers * (1 - (p["bubble_analytic"] or 0.0)))
         out[model] = {
             "samples_per_s": {name: {"median": med[name], "min": min(v) if v else None, "max": max(v) if v else None,
                                      "runs": len(v), "failed": sum(r["status"] != "ok" for r in configs[name])}
@@ -90,6 +111,7 @@ def summarise(runs: dict[str, dict[str, list[dict]]]) -> dict:
                        "ashpipe / dp_w2": ratio(med["ashpipe"], med["dp_w2"]),
                        "ashpipe / no-bubble bound": ratio(med["ashpipe"], 2 * t1 if t1 else None)},
             "startup_s_median_2_workers": _median(startups),
+            "profile": profile,
         }
     return out
 
@@ -106,6 +128,20 @@ def markdown(summary: dict, repeats: int, steps: int) -> str:
                          f"{v['runs']}/{v['runs'] + v['failed']} |")
         lines += ["", "| ratio | value |", "| --- | ---: |"]
         lines += [f"| {k} | {v:.3f} |" if v else f"| {k} | – |" for k, v in s["ratios"].items()]
+        lines += ["", "Where the time goes (the profiled step, measured one way for every strategy; medians):", "",
+                  "| configuration | compute per sample ms (all ranks) | vs dp_w1 | bubble measured % "
+                  "| analytic % | of its schedule at that compute |", "| --- | ---: | ---: | ---: | ---: | ---: |"]
+        for name, p in s["profile"].items():
+            cells = [f"{1e3 * p['compute_per_sample_s']:.3f}" if p["compute_per_sample_s"] else "–",
+                     f"{p['compute_inflation']:.3f}" if p.get("compute_inflation") else "–",
+                     f"{100 * p['bubble_measured']:.1f}" if p["bubble_measured"] is not None else "–",
+                     f"{100 * p['bubble_analytic']:.1f}" if p["bubble_analytic"] is not None else "–",
+                     f"{p['of_schedule']:.3f}" if p.get("of_schedule") else "–"]
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        lines += ["", "A configuration's throughput over its bound, workers x T1 x (1 - analytic bubble), is "
+                      "(of its schedule at that compute) / (vs dp_w1): what a sample's compute costs with two "
+                      "workers on the machine against one alone, and the share of the schedule the workers "
+                      "spend computing at that cost (transfers, waits and per-action overhead take the rest)."]
         startup = s["startup_s_median_2_workers"]
         lines += ["", f"Start-up (command to first training step, 2-worker runs, median): "
                       f"{startup:.1f} s" if startup else "Start-up: –", ""]
