@@ -15,9 +15,12 @@
   from each stage's first rank at start.
 - Planner (``strategy.replicas`` unset): :mod:`harness.planning.planner`, on
   layer costs measured on rank 0 and bandwidth measured between the workers.
-- Switch Parallelism: ``strategy.switch_step`` (or ``strategy.switch_epoch``)
-  trains plain data parallelism first, then switches to the hybrid plan inside
-  the same job. At the switch every rank already holds all weights and
+- Switch Parallelism: plain data parallelism first, then the hybrid plan inside
+  the same job. The switch comes after ``strategy.switch_step`` steps,
+  ``strategy.switch_epoch`` epochs or ``strategy.switch_fraction`` of the run,
+  or when DP's loss stops improving (``strategy.switch_plateau``, see
+  :func:`plateau`); the record says when and why (``switch_step``,
+  ``switch_reason`` in each rank's layout). At the switch every rank already holds all weights and
   optimizer state (DP replicas are identical), so each keeps its stage's
   parameters and their optimizer state and drops the rest; nothing is sent.
   A checkpoint of each rank's stage is written at the switch
@@ -69,21 +72,63 @@ class AshPipeConfig(StrategyConfig):
     memory_limit: Optional[float] = bounded(None, 0, above=True)
     # planner: assumed point-to-point and all-reduce bandwidth in GB/s (None: measured between workers)
     bandwidth_gbps: Optional[float] = bounded(None, 0, above=True)
-    # Switch Parallelism: plain DP for this many steps (or epochs), then the hybrid plan
+    # Switch Parallelism: plain DP for this many steps (or epochs, or this fraction of the run), then the
+    # hybrid plan
     switch_step: Optional[int] = bounded(None, 0)
     switch_epoch: Optional[int] = bounded(None, 0)
+    switch_fraction: Optional[float] = bounded(None, 0, 1)
+    # ... or once DP's mean loss over the last switch_window steps (unset: an epoch's) improved by less
+    # than this fraction on the window before it
+    switch_plateau: Optional[float] = bounded(None, 0, above=True)
+    switch_window: Optional[int] = bounded(None, 1)
     # start in hybrid mode from a switch checkpoint directory
     resume_from: Optional[str] = None
     # replica gradient all-reduce bucket size (MiB)
     bucket_mb: float = bounded(4.0, 0, above=True)
 
 
-def switch_step(spec) -> int:
-    """Steps of plain data parallelism before the hybrid plan (0: hybrid from the start)."""
+_SWITCH_KEYS = ("switch_step", "switch_epoch", "switch_fraction", "switch_plateau")
+
+
+def switch_step(spec) -> int | None:
+    """Steps of plain data parallelism before the hybrid plan (0: hybrid from the start; None:
+    decided during the run by the plateau rule)."""
     st = spec.strategy
+    if st.switch_plateau is not None:
+        return None
     if st.switch_epoch is not None:
         return st.switch_epoch * spec.steps_per_epoch
+    if st.switch_fraction is not None:
+        return round(st.switch_fraction * spec.steps)
     return st.switch_step or 0
+
+
+def switch_window(spec) -> int:
+    return spec.strategy.switch_window or spec.steps_per_epoch
+
+
+def plateau(losses: list[float], window: int, threshold: float) -> str | None:
+    """Why to switch now, or None: DP's mean loss over the last ``window`` steps has improved by
+    less than ``threshold`` (a fraction) on the ``window`` steps before them. Every rank sees the
+    same all-reduced losses, so every rank decides alike."""
+    if len(losses) < 2 * window:
+        return None
+    before = sum(losses[-2 * window : -window]) / window
+    last = sum(losses[-window:]) / window
+    gain = (before - last) / abs(before) if before else 0.0
+    if gain >= threshold:
+        return None
+    return (f"plateau: DP's mean loss over steps {len(losses) - window}-{len(losses) - 1} improved by {100 * gain:.2f}% "
+            f"on the {window} steps before ({before:.4f} -> {last:.4f}), under strategy.switch_plateau={threshold}")
+
+
+def _fixed_switch_reason(spec, step: int) -> str:
+    st = spec.strategy
+    if st.switch_epoch is not None:
+        return f"strategy.switch_epoch={st.switch_epoch} ({spec.steps_per_epoch} steps per epoch)"
+    if st.switch_fraction is not None:
+        return f"strategy.switch_fraction={st.switch_fraction} of {spec.steps} steps"
+    return f"strategy.switch_step={step}"
 
 
 class AshPipeStrategy(Strategy):
@@ -100,9 +145,14 @@ class AshPipeStrategy(Strategy):
             check_layout(spec, list(st.replicas))
         elif spec.world_size > spec.train.global_batch:
             raise ConfigError(f"world_size={spec.world_size} exceeds train.global_batch={spec.train.global_batch}")
+        given = [f"strategy.{key}={getattr(st, key)}" for key in _SWITCH_KEYS if getattr(st, key) is not None]
+        if len(given) > 1:
+            raise ConfigError(f"{' and '.join(given)} both say when to switch; give one")
+        if st.switch_window is not None and st.switch_plateau is None:
+            raise ConfigError(f"strategy.switch_window={st.switch_window} applies with strategy.switch_plateau only")
         k = switch_step(spec)
         # (a run that checkpoints may be one segment of a longer one, continued with train.resume)
-        if k < 0 or (k > spec.steps and not spec.train.checkpoint_every):
+        if k is not None and (k > spec.steps and not spec.train.checkpoint_every):
             raise ConfigError(f"the switch to the hybrid plan (step {k}) must lie within the run's {spec.steps} steps")
         if st.resume_from and not os.path.isdir(st.resume_from):
             raise ConfigError(f"strategy.resume_from={st.resume_from} is not a directory with a switch checkpoint")
@@ -128,7 +178,11 @@ class AshPipeStrategy(Strategy):
     def variant(cls, spec) -> str:
         st = spec.strategy
         parts = [f"replicas={list(st.replicas)}" if st.replicas is not None else "planned"]
-        if st.switch_step or st.switch_epoch:
+        if st.switch_plateau is not None:
+            parts.append(f"SP@plateau<{st.switch_plateau:g}/{switch_window(spec)} steps")
+        elif st.switch_fraction:
+            parts.append(f"SP@{100 * st.switch_fraction:g}%")
+        elif st.switch_step or st.switch_epoch:
             parts.append(f"SP@{'epoch ' + str(st.switch_epoch) if st.switch_epoch else st.switch_step}")
         return ", ".join(parts)
 
@@ -150,7 +204,8 @@ class AshPipeStrategy(Strategy):
         self.calls = 0
         self.entered = 0  # minibatches that entered the hybrid pipeline since it last filled
         self.drains, self.drain_s = 0, 0.0  # checkpoints' drains of the pipeline, and their time
-        self.switch_at = switch_step(spec)
+        self.switch_at = switch_step(spec)  # None: the plateau rule decides; then the step it did
+        self.switch_reason: str | None = None
         self.plan_report: str | None = None
         self._dp: _PlainDataParallel | None = None
         self.executor: StageExecutor | None = None
@@ -161,11 +216,11 @@ class AshPipeStrategy(Strategy):
             self._load_switch_checkpoint(spec.strategy.resume_from)
         elif self._restored is not None:
             if self._restored["mode"] == "dp":
-                self._dp = _PlainDataParallel(spec, layers, ctx, comm)
+                self._dp = _PlainDataParallel(spec, layers, ctx, comm, global_losses=self.switch_at is None)
             else:
                 self._build_hybrid(optimizer_state=None)
-        elif self.switch_at > 0:
-            self._dp = _PlainDataParallel(spec, layers, ctx, comm)
+        elif self.switch_at is None or self.switch_at > 0:
+            self._dp = _PlainDataParallel(spec, layers, ctx, comm, global_losses=self.switch_at is None)
         else:
             self._build_hybrid(optimizer_state=None)
 
@@ -277,12 +332,13 @@ class AshPipeStrategy(Strategy):
         """This rank's weights and optimizer state (the whole model's in the data-parallel phase of
         Switch Parallelism), its step, and the layout it trains, which a resumed run rebuilds
         instead of planning again. The pipeline is drained (:meth:`quiesce`)."""
-        state = {"step": self.calls, "drains": self.drains}
+        state = {"step": self.calls, "drains": self.drains, "switch_at": self.switch_at,
+                 "switch_reason": self.switch_reason}
         if self._dp is not None:
             params = {f"{i}.{n}": p.detach().cpu().clone() for i, layer in enumerate(self.layers)
                       for n, p in layer.named_parameters()}
             return {**state, "mode": "dp", "layers": list(range(len(self.layers))), "params": params,
-                    "optimizer": self._dp.optimizer.state_dict()}
+                    "optimizer": self._dp.optimizer.state_dict(), "dp_losses": list(self._dp.global_losses())}
         return {**super().checkpoint_state(), **state, "mode": "hybrid", "replicas": list(self.plan.topo.replicas),
                 "boundaries": list(self.partition.boundaries), "recompute": sorted(self.build.recompute)}
 
@@ -293,9 +349,12 @@ class AshPipeStrategy(Strategy):
                     for n, p in layer.named_parameters():
                         p.copy_(state["params"][f"{i}.{n}"])
             self._dp.optimizer.load_state_dict(state["optimizer"])
+            self._dp.losses = list(state.get("dp_losses", []))
         else:
             super().load_checkpoint_state(state)
         self.calls, self.drains, self.entered = state["step"], state.get("drains", 0), 0
+        self.switch_at = state.get("switch_at", self.switch_at)
+        self.switch_reason = state.get("switch_reason", self.switch_reason)
 
     def memory_step_context(self):
         """The measured step starts and ends with no transfer in flight.
@@ -308,8 +367,19 @@ class AshPipeStrategy(Strategy):
         return contextlib.nullcontext() if self.executor is None else self.executor.settled()
 
     # -- training -------------------------------------------------------------
+    def _switch_now(self) -> bool:
+        if self.switch_at is not None:
+            if self.calls != self.switch_at:
+                return False
+            self.switch_reason = _fixed_switch_reason(self.spec, self.switch_at)
+            return True
+        why = plateau(self._dp.global_losses(), switch_window(self.spec), self.spec.strategy.switch_plateau)
+        if why is not None:
+            self.switch_at, self.switch_reason = self.calls, why
+        return why is not None
+
     def train_step(self, x, y):
-        if self._dp is not None and self.calls == self.switch_at:
+        if self._dp is not None and self._switch_now():
             self._switch()
         self.calls += 1
         if self._dp is not None:
@@ -324,6 +394,8 @@ class AshPipeStrategy(Strategy):
 
     def finish_training(self) -> None:
         """Drain the minibatches still in flight (their backwards and steps), then settle sends."""
+        if self._dp is not None and self.switch_at is None:
+            self.switch_reason = f"no switch: the plateau rule did not fire in {self.calls} steps"
         if self.executor is None:
             return
         drain = sch.async_drain(self.plan.topo.num_stages, self.plan.stage, self.entered)
@@ -346,10 +418,12 @@ class AshPipeStrategy(Strategy):
 
     def layout(self):
         if self.executor is None:
-            return {"stage": "dp", "layers": [0, len(self.layers)]}
+            return {"stage": "dp", "layers": [0, len(self.layers)], "switch_step": None,
+                    "switch_reason": self.switch_reason}
         return {"stage": self.plan.stage, "replica": self.plan.replica, "layers": list(self.build.layer_range),
                 "boundaries": self.partition.boundaries, "replicas": list(self.plan.topo.replicas),
-                "recompute": sorted(self.build.recompute), "switch_step": self.switch_at}
+                "recompute": sorted(self.build.recompute), "switch_step": self.switch_at,
+                "switch_reason": self.switch_reason}
 
     def extra_metrics(self):
         figures = {"drains": self.drains, "drain_s": self.drain_s}
@@ -402,9 +476,13 @@ class _PlainDataParallel:
     summed and divided by B, so one step equals single-process training.
     """
 
-    def __init__(self, spec, layers, ctx, comm):
+    def __init__(self, spec, layers, ctx, comm, global_losses: bool = False):
+        """``global_losses``: sum each step's loss over the ranks (for the plateau rule)."""
         self.spec, self.ctx, self.comm = spec, ctx, comm
         self.layers = layers
+        self.losses: list[float] = []  # the job's loss per step, when summed
+        self._summing = global_losses
+        self._pending_loss = None
         self.model = nn.Sequential(*with_precision(layers, spec.train.precision)).to(ctx.device)
         self.params = list(self.model.parameters())
         self.optimizer = make_optimizer(self.params, spec.train, spec.steps)
@@ -426,7 +504,20 @@ class _PlainDataParallel:
         clip_gradients(self.params, t.grad_clip_norm)  # every rank holds the whole model's gradient
         self.optimizer.step()
         self.grads.zero()
+        if self._summing:  # summed in the background, read at the next decision
+            total = loss.detach().clone()
+            self._pending_loss = (total, self.comm.all_reduce_async(total) if self.ctx.world_size > 1 else None)
         return loss.detach()
+
+    def global_losses(self) -> list[float]:
+        """The job's loss of every step so far (each rank's share summed over the ranks)."""
+        if self._pending_loss is not None:
+            total, work = self._pending_loss
+            if work is not None:
+                work.wait()
+            self.losses.append(float(total))
+            self._pending_loss = None
+        return self.losses
 
     @torch.no_grad()
     def evaluate(self, x, y):

@@ -1,5 +1,6 @@
 """AshPipe's runtime against a plain sequential model of its own semantics."""
 
+import json
 import os
 
 import pytest
@@ -9,7 +10,7 @@ from harness.comm import Comm
 from harness.data import BatchOrder, load
 from harness.models import build_layers
 from harness.training import make_optimizer, summed_loss
-from tests.helpers.ashpipe_reference import ashpipe_reference
+from tests.helpers.ashpipe_reference import ashpipe_reference, reference_switch
 from tests.helpers.cli import make_spec
 from tests.helpers.distributed import assert_matches_reference, merged_rank_states, spawn
 
@@ -24,7 +25,8 @@ RECIPE = ["train.nesterov=true", "train.lr_schedule=cosine", "train.lr_warmup_st
 GRID = {
     2: [([2], None, []), ([1, 1], [3], []), ([1, 1], [2], ["strategy.switch_step=2"]),
         ([1, 1], [3], ["strategy.switch_step=4", "train.momentum=0.5"]),
-        ([1, 1], [3], ["strategy.switch_step=3", *RECIPE])],
+        ([1, 1], [3], ["strategy.switch_step=3", *RECIPE]), ([1, 1], [3], ["strategy.switch_fraction=0.4"]),
+        ([1, 1], [3], ["strategy.switch_plateau=0.1", "strategy.switch_window=1"])],
     3: [([2, 1], [3], []), ([1, 2], [2], []), ([1, 1, 1], [2, 4], ["strategy.recompute=all"]),
         ([2, 1], [3], ["strategy.switch_step=3"]), ([1, 2], [2], RECIPE)],
     4: [([2, 1, 1], [2, 4], [])],
@@ -54,6 +56,8 @@ def train_and_save(ctx, specs, out_dir):
         strategy.finish_training()
         os.makedirs(os.path.join(out_dir, str(i)), exist_ok=True)
         torch.save(strategy.state_dict_for_check(), os.path.join(out_dir, str(i), f"rank{ctx.rank}.pt"))
+        with open(os.path.join(out_dir, str(i), f"switch{ctx.rank}.json"), "w") as f:
+            json.dump([strategy.switch_at, strategy.switch_reason], f)
 
 
 @pytest.mark.parametrize("world", sorted(GRID))
@@ -63,7 +67,15 @@ def test_ashpipe_matches_its_sequential_model(world, tmp_path):
     failures = []
     for i, (spec, (replicas, boundaries, extra)) in enumerate(zip(specs, GRID[world])):
         merged = merged_rank_states(os.path.join(tmp_path, str(i)), world)
-        switch = spec.strategy.switch_step or 0
+        switched = [json.load(open(os.path.join(tmp_path, str(i), f"switch{r}.json"))) for r in range(world)]
+        st = spec.strategy
+        if st.switch_plateau is not None:  # the reference decides by itself, from its own losses
+            switch = reference_switch(spec, _batches(spec), st.switch_window, st.switch_plateau)
+            assert switch is not None and 0 < switch < STEPS, switch  # the case must switch mid-run
+        else:
+            switch = {None: st.switch_step or 0, 0.4: 2}[st.switch_fraction]
+        if switch:
+            assert all(at == switch and reason for at, reason in switched), (extra, switch, switched)
         reference = ashpipe_reference(spec, _batches(spec), boundaries or [], switch_at=switch)
         try:
             assert_matches_reference(merged, reference, atol=5e-5, rtol=5e-4)

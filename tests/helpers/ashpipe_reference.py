@@ -7,7 +7,9 @@ the version the stage's forward saw, and weight stashing makes the backward
 use the same one. Each stage then applies its update for minibatch j at once.
 Replicas do not appear: the sum of per-replica gradients of ``loss_sum / B``
 is the full batch's gradient. With ``switch_at = k`` the first k minibatches
-are plain data-parallel (synchronous) steps on the whole model. The training recipe
+are plain data-parallel (synchronous) steps on the whole model; with
+``switch_plateau=(window, threshold)`` the data-parallel steps go on until
+AshPipe's plateau rule fires on their losses (:func:`reference_switch`). The training recipe
 (learning-rate schedule, label smoothing, clipping) applies as AshPipe defines it:
 the data-parallel steps clip the whole model's gradient, the pipelined ones each
 stage's own, and each stage's schedule counts its own updates, continuing the
@@ -21,8 +23,28 @@ from torch import nn
 from torch.func import functional_call
 
 from harness.models import build_layers
+from harness.strategies.ashpipe import plateau
 from harness.runtime.partition import stage_ranges
 from harness.training import carry_schedule, clip_gradients, make_optimizer, summed_loss
+
+
+def reference_switch(spec, batches, window: int, threshold: float) -> int | None:
+    """The step at which synchronous data-parallel training of ``batches`` meets the plateau rule
+    (None: it never does)."""
+    layers = build_layers(spec.model, spec.seed)
+    full = nn.Sequential(*layers)
+    opt = make_optimizer(full.parameters(), spec.train, spec.steps)
+    losses: list[float] = []
+    for k, (x, y) in enumerate(batches):
+        if plateau(losses, window, threshold) is not None:
+            return k
+        loss = summed_loss(full(x), y, x.shape[0], spec.train.label_smoothing)
+        loss.backward()
+        clip_gradients(full.parameters(), spec.train.grad_clip_norm)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+    return None
 
 
 def ashpipe_reference(spec, batches, boundaries: list[int], switch_at: int = 0) -> dict[str, torch.Tensor]:
