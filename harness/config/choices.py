@@ -32,11 +32,17 @@ def unknown_choice(overrides: list[str], config_dir: str) -> str | None:
             values = list(override.sweep_string_iterator()) if isinstance(override.value(), ChoiceSweep) else []
         else:
             values = [override.value()] if isinstance(override.value(), str) else []
-        options = sorted(name[: -len(".yaml")] for name in os.listdir(folder) if name.endswith(".yaml"))
+        options = _options(folder)
         for value in values:
             if value not in options and not value.startswith("${"):
                 return f"unknown {group} '{value}': choose one of {', '.join(options)} (conf/{group}/)"
     return None
+
+
+def _options(folder: str) -> list[str]:
+    """Every option of a config group, those in its sub-folders as Hydra names them (``ci/speed_dp_w1``)."""
+    return sorted(os.path.relpath(os.path.join(root, name), folder)[: -len(".yaml")].replace(os.sep, "/")
+                  for root, _, names in os.walk(folder) for name in names if name.endswith(".yaml"))
 
 
 def refuse_unknown_choices(argv: list[str], config_dir: str) -> None:

@@ -197,3 +197,12 @@ def test_a_multi_stage_schedule_takes_two_stages_per_rank_unless_told():
     spec = make_spec("strategy=pipelining", "world_size=2", "strategy.schedule=zbv", "train.micro_batches=4")
     assert spec.strategy.stages_per_rank == 2
     assert make_spec("strategy=pipelining", "world_size=2", "train.micro_batches=2").strategy.stages_per_rank == 1
+
+
+def test_an_option_in_a_groups_sub_folder_is_known_and_a_missing_one_is_refused_naming_it():
+    """The main job's jobs are cases in conf/case/ci/: rerunning one by its recorded override works."""
+    from harness.config.choices import unknown_choice
+
+    assert unknown_choice(["+case=ci/replicated_ashpipe_w4", "model=vit_micro"], CONFIG_DIR) is None
+    message = unknown_choice(["+case=ci/nope"], CONFIG_DIR)
+    assert message.startswith("unknown case 'ci/nope'") and "ci/speed_dp_w1" in message and "hippie_w2" in message
