@@ -69,6 +69,7 @@ def build_timm_vit(cfg) -> nn.Module:
         num_heads=cfg.num_heads,
         mlp_ratio=cfg.mlp_ratio,
         num_classes=cfg.num_classes,
+        qkv_bias=cfg.qkv_bias,
         global_pool="token",
         class_token=True,
         no_embed_class=False,

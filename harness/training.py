@@ -7,7 +7,7 @@ pipeline's parameters comparable with single-process training after a step.
 from __future__ import annotations
 
 import math
-from typing import Iterable
+from typing import Callable, Iterable
 
 import torch
 import torch.nn.functional as F
@@ -80,10 +80,12 @@ def with_precision(layers: list[nn.Module], precision: str) -> list[nn.Module]:
     return [Autocast(layer, PRECISIONS[precision]) for layer in layers]
 
 
-def make_optimizer(params: Iterable[nn.Parameter], train, steps: int | None = None) -> torch.optim.Optimizer:
+def make_optimizer(params: Iterable[nn.Parameter], train, steps: int | None = None,
+                   lr_scale: Callable[[int], float] | None = None) -> torch.optim.Optimizer:
     """The optimizer ``train`` names (``optimizer``, ``lr``, ``weight_decay``, ``momentum``,
     ``nesterov``), with its learning-rate schedule attached (:func:`attach_schedule`) for a run of
-    ``steps`` optimizer steps."""
+    ``steps`` optimizer steps; ``lr_scale(k)`` multiplies the schedule's rate at step k (an
+    asynchronous stage's correction for its delay, :func:`delay_lr_scale`)."""
     params = list(params)
     if train.optimizer == "adamw":
         optimizer = torch.optim.AdamW(params, lr=train.lr, weight_decay=train.weight_decay)
@@ -92,7 +94,7 @@ def make_optimizer(params: Iterable[nn.Parameter], train, steps: int | None = No
                                     nesterov=train.nesterov)
     else:
         raise ConfigError(f"unknown train.optimizer '{train.optimizer}'; use {' or '.join(OPTIMIZERS)}")
-    return attach_schedule(optimizer, train, steps)
+    return attach_schedule(optimizer, train, steps, lr_scale)
 
 
 LR_SCHEDULES = ("constant", "cosine", "step")
@@ -117,13 +119,17 @@ def lr_factor(train, steps: int | None):
     return factor
 
 
-def attach_schedule(optimizer: torch.optim.Optimizer, train, steps: int | None) -> torch.optim.Optimizer:
+def attach_schedule(optimizer: torch.optim.Optimizer, train, steps: int | None,
+                    lr_scale: Callable[[int], float] | None = None) -> torch.optim.Optimizer:
     """Step ``optimizer``'s learning-rate schedule with every one of its steps (so each AshPipe stage
     follows the same function of its own minibatch count), and carry the schedule's position in the
-    optimizer's state dict, so every checkpoint resumes it. Nothing is attached for a constant rate."""
-    if train.lr_schedule == "constant" and not train.lr_warmup_steps:
+    optimizer's state dict, so every checkpoint resumes it. Nothing is attached for a constant rate
+    without ``lr_scale``."""
+    if train.lr_schedule == "constant" and not train.lr_warmup_steps and lr_scale is None:
         return optimizer
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(train, steps))
+    factor = lr_factor(train, steps)
+    scaled = factor if lr_scale is None else (lambda k: factor(k) * lr_scale(k))
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, scaled)
     optimizer.register_step_post_hook(lambda *_: schedule.step())
     optimizer.lr_schedule = schedule  # for carry_schedule
 
@@ -141,15 +147,58 @@ def attach_schedule(optimizer: torch.optim.Optimizer, train, steps: int | None) 
     return optimizer
 
 
-def carry_schedule(source: torch.optim.Optimizer, target: torch.optim.Optimizer) -> None:
-    """Continue ``source``'s learning-rate schedule in ``target``, built for the same run (Switch
-    Parallelism's stage optimizers take over where the data-parallel one stopped)."""
-    schedule = getattr(target, "lr_schedule", None)
+def carry_schedule(optimizer: torch.optim.Optimizer, steps_done: int) -> None:
+    """Start ``optimizer``'s learning-rate schedule at its position after ``steps_done`` steps
+    (Switch Parallelism's stage optimizers take over where the data-parallel one stopped)."""
+    schedule = getattr(optimizer, "lr_schedule", None)
     if schedule is None:
         return
-    schedule.load_state_dict(source.lr_schedule.state_dict())
-    for group, lr in zip(target.param_groups, schedule.get_last_lr()):
-        group["lr"] = lr
+    schedule.last_epoch = steps_done
+    for group, base, rate in zip(optimizer.param_groups, schedule.base_lrs, schedule.lr_lambdas):
+        group["lr"] = base * rate(steps_done)
+    schedule._last_lr = [group["lr"] for group in optimizer.param_groups]
+
+
+def delay_lr_scale(delay: int, start: Callable[[], int], anneal_steps: int) -> Callable[[int], float]:
+    """PipeMare's learning-rate rescheduling for a stage whose gradients arrive ``delay`` updates late:
+    at its k-th optimizer step the rate is divided by ``delay ** p``, with p falling linearly from 1
+    at the stage's first asynchronous step (``start()``) to 0 ``anneal_steps`` later."""
+    def scale(k: int) -> float:
+        if delay <= 1:
+            return 1.0
+        p = 1.0 - min(1.0, max(0, k - start()) / anneal_steps)
+        return delay ** -p
+
+    return scale
+
+
+@torch.no_grad()
+def predict_weights_(weights: list[torch.Tensor], masters: list[nn.Parameter], optimizer: torch.optim.Optimizer,
+                     delay: int) -> None:
+    """Weight prediction for a forward whose gradient will be applied ``delay`` updates later:
+    ``weights`` (a copy of ``masters``) moved ``delay`` steps along the optimizer's current update,
+    at its current rate. For momentum SGD the update is the momentum buffer (SpecTrain, Chen et al.
+    2018; with Nesterov too, the buffer stands for the next gradient's term); for AdamW it is
+    Adam's bias-corrected m / (sqrt(v) + eps) plus the decoupled weight decay (XPipe, Guan et al.
+    2019). Before the optimizer's first step there is no direction and nothing moves."""
+    states = [optimizer.state.get(p) for p in masters]
+    if delay <= 0 or not states or not all(states):
+        return
+    group = optimizer.param_groups[0]  # make_optimizer builds one group
+    lr = group["lr"]
+    if isinstance(optimizer, torch.optim.SGD):
+        torch._foreach_add_(weights, [s["momentum_buffer"] for s in states], alpha=-delay * lr)
+    elif isinstance(optimizer, torch.optim.AdamW):
+        beta1, beta2 = group["betas"]
+        step = float(states[0]["step"])  # a CPU tensor for torch's default (not capturable) AdamW
+        denom = torch._foreach_sqrt([s["exp_avg_sq"] for s in states])
+        torch._foreach_div_(denom, math.sqrt(1 - beta2**step))
+        torch._foreach_add_(denom, group["eps"])
+        if group["weight_decay"]:
+            torch._foreach_mul_(weights, 1 - delay * lr * group["weight_decay"])
+        torch._foreach_addcdiv_(weights, [s["exp_avg"] for s in states], denom, value=-delay * lr / (1 - beta1**step))
+    else:
+        raise ConfigError(f"weight prediction knows SGD and AdamW, not {type(optimizer).__name__}")
 
 
 def clip_gradients(params: Iterable[nn.Parameter], max_norm: float, all_reduce=None, weight: float = 1.0) -> None:

@@ -41,6 +41,9 @@ class ModelConfig:
     num_heads: int = bounded(3, 1)
     mlp_ratio: float = bounded(4.0, 0, above=True)
     num_classes: int = bounded(100, 1)
+    # biases on the attention's query, key and value projections (timm's default); the key's
+    # gradient is zero in exact arithmetic (softmax ignores a shift shared by every key)
+    qkv_bias: bool = True
 
 
 @dataclass

@@ -24,7 +24,7 @@ from harness.comm import Comm, Pending
 from harness.runtime import schedule as sch
 from harness.runtime.topology import Topology, owned_range, transfers
 from harness.timing import DeviceTimer
-from harness.training import clip_gradients, eval_counts, summed_loss
+from harness.training import clip_gradients, eval_counts, predict_weights_, summed_loss
 
 
 def _weights(module: nn.Module, version: dict[str, torch.Tensor]):
@@ -244,7 +244,8 @@ class StageExecutor:
 
     def __init__(self, plan: StagePlan, module: StageModule, comm: Comm, optimizer: torch.optim.Optimizer,
                  grads: GradBuckets, grad_sync: GradSync | None, dtype: torch.dtype = torch.float32,
-                 stash_weights: bool = False, label_smoothing: float = 0.0, clip: Clip | None = None):
+                 stash_weights: bool = False, predict_weights: bool = False, label_smoothing: float = 0.0,
+                 clip: Clip | None = None):
         """``grads``: the stage's gradient buffers (``grad_sync`` reduces them across replicas);
         ``dtype``: the activations' and gradients' type between stages (bf16 in a bf16 run);
         ``clip``: how a STEP clips the gradients' norm (None: it does not)."""
@@ -256,6 +257,8 @@ class StageExecutor:
         # weight stashing (asynchronous schedules): a forward runs on a copy of the
         # weights it saw, kept until its backward, while STEPs update the master weights
         self.stash_weights = stash_weights
+        # ... predicted over the minibatches in flight (their updates land before this one's)
+        self.predict_weights = predict_weights
         self._names = [n for n, _ in module.named_parameters()]
         self._masters = [p for _, p in module.named_parameters()]
         self._stash: dict[int, list[torch.Tensor]] = {}
@@ -442,7 +445,10 @@ class StageExecutor:
             # layers would in one process (a bf16 input would keep the residual stream in bf16)
             inp = self._inputs[a.micro].float()
         if self.stash_weights and self._training:
+            delay = len(self._stash)  # minibatches whose updates this stage applies before this one's
             version = self._stash[a.micro] = self._new_version()
+            if self.predict_weights:
+                predict_weights_(version, self._masters, self.optimizer, delay)
             with _weights(self.module, dict(zip(self._names, version))):
                 out = self.module(inp)
         else:

@@ -26,6 +26,12 @@
   A checkpoint of each rank's stage is written at the switch
   (``<run dir>/switch_checkpoint/rank<r>.pt``) and ``strategy.resume_from``
   starts a later job from it in hybrid mode.
+- Staleness mitigations, off by default (plain AshPipe is the paper's method): a stage whose
+  gradients arrive d updates after its forward can run that forward on weights predicted d
+  updates ahead (``strategy.weight_prediction``: SpecTrain for momentum SGD, XPipe for AdamW;
+  :func:`harness.training.predict_weights_`), stashed for its backward, and can divide its
+  learning rate by its delay, annealed away over ``strategy.lr_correction_steps`` (PipeMare,
+  ``strategy.lr_correction``; :func:`harness.training.delay_lr_scale`).
 """
 
 from __future__ import annotations
@@ -53,8 +59,8 @@ from harness.runtime.executor import Clip, GradBuckets, GradSync, StageExecutor
 from harness.runtime.stage import build_stage
 from harness.strategies.base import Strategy, StrategyConfig, summed_eval
 from harness.strategies.layout import Partition, check_layout, pipeline_layout, simulated_pipeline, visiting
-from harness.training import (PRECISIONS, carry_schedule, clip_gradients, eval_counts, make_optimizer, replica_slice,
-                              summed_loss, with_precision)
+from harness.training import (PRECISIONS, carry_schedule, clip_gradients, delay_lr_scale, eval_counts, make_optimizer,
+                              replica_slice, summed_loss, with_precision)
 
 
 @dataclass
@@ -85,6 +91,12 @@ class AshPipeConfig(StrategyConfig):
     resume_from: Optional[str] = None
     # replica gradient all-reduce bucket size (MiB)
     bucket_mb: float = bounded(4.0, 0, above=True)
+    # staleness mitigations: forward on weights predicted over the stage's delay (SpecTrain / XPipe) ...
+    weight_prediction: bool = False
+    # ... and a stale stage's learning rate divided by its delay, annealed to the full rate over
+    # lr_correction_steps of the hybrid pipeline (unset: an epoch's) (PipeMare)
+    lr_correction: bool = False
+    lr_correction_steps: Optional[int] = bounded(None, 1)
 
 
 _SWITCH_KEYS = ("switch_step", "switch_epoch", "switch_fraction", "switch_plateau")
@@ -105,6 +117,10 @@ def switch_step(spec) -> int | None:
 
 def switch_window(spec) -> int:
     return spec.strategy.switch_window or spec.steps_per_epoch
+
+
+def lr_correction_steps(spec) -> int:
+    return spec.strategy.lr_correction_steps or spec.steps_per_epoch
 
 
 def plateau(losses: list[float], window: int, threshold: float) -> str | None:
@@ -163,6 +179,12 @@ class AshPipeStrategy(Strategy):
             _checkpointed_layout(spec, 0)  # an AshPipe checkpoint, or one line saying it is not
         if st.memory_limit is not None and st.replicas is None:
             _check_memory_limit_is_reachable(spec)
+        if st.weight_prediction and spec.train.optimizer == "sgd" and spec.train.momentum == 0:
+            raise ConfigError("strategy.weight_prediction extrapolates along SGD's momentum, and train.momentum=0 "
+                              "has none: set train.momentum (e.g. 0.9) or use train.optimizer=adamw")
+        if st.lr_correction_steps is not None and not st.lr_correction:
+            raise ConfigError(f"strategy.lr_correction_steps={st.lr_correction_steps} applies with "
+                              "strategy.lr_correction=true only")
 
     @classmethod
     def samples_per_forward(cls, spec) -> int:
@@ -184,6 +206,10 @@ class AshPipeStrategy(Strategy):
             parts.append(f"SP@{100 * st.switch_fraction:g}%")
         elif st.switch_step or st.switch_epoch:
             parts.append(f"SP@{'epoch ' + str(st.switch_epoch) if st.switch_epoch else st.switch_step}")
+        if st.weight_prediction:
+            parts.append("weight prediction")
+        if st.lr_correction:
+            parts.append(f"lr/delay over {lr_correction_steps(spec)} steps")
         return ", ".join(parts)
 
     @classmethod
@@ -206,6 +232,7 @@ class AshPipeStrategy(Strategy):
         self.drains, self.drain_s = 0, 0.0  # checkpoints' drains of the pipeline, and their time
         self.switch_at = switch_step(spec)  # None: the plateau rule decides; then the step it did
         self.switch_reason: str | None = None
+        self.hybrid_start = 0  # the step at which the hybrid pipeline began (its stages' delays with it)
         self.plan_report: str | None = None
         self._dp: _PlainDataParallel | None = None
         self.executor: StageExecutor | None = None
@@ -250,9 +277,14 @@ class AshPipeStrategy(Strategy):
             first = self.plan.topo.ranks_of(self.plan.stage)[0]
             for p in self.params:
                 self.comm.broadcast(p.data, src=first, group=group)
-        self.optimizer = make_optimizer(self.params, spec.train, spec.steps)
+        self.hybrid_start = self.calls
+        delay = self.plan.topo.num_stages - 1 - self.plan.stage  # updates between a forward and its own
+        lr_scale = None
+        if spec.strategy.lr_correction:
+            lr_scale = delay_lr_scale(delay, lambda: self.hybrid_start, lr_correction_steps(spec))
+        self.optimizer = make_optimizer(self.params, spec.train, spec.steps, lr_scale)
+        carry_schedule(self.optimizer, self.calls)
         if optimizer_state is not None:  # Switch Parallelism: carry the DP optimizer state over
-            carry_schedule(optimizer_state, self.optimizer)
             for p in self.params:
                 if p in optimizer_state.state:
                     self.optimizer.state[p] = optimizer_state.state[p]
@@ -265,7 +297,7 @@ class AshPipeStrategy(Strategy):
         clip = Clip(spec.train.grad_clip_norm, whole_model=False) if spec.train.grad_clip_norm else None
         self.executor = StageExecutor(self.plan, self.build.module, self.comm, self.optimizer, grads, grad_sync,
                                       dtype=PRECISIONS[spec.train.precision],
-                                      stash_weights=self.plan.stage < self.plan.topo.num_stages - 1,
+                                      stash_weights=delay > 0, predict_weights=spec.strategy.weight_prediction,
                                       label_smoothing=spec.train.label_smoothing, clip=clip)
         self.eval_actions = sch.forward_only(self.plan.topo.num_stages, 1)[self.plan.stage]
 
@@ -308,7 +340,7 @@ class AshPipeStrategy(Strategy):
             raise ConfigError(f"{path} was written with replicas {state['replicas']}; this job has "
                               f"{list(self.plan.topo.replicas)}: pass strategy.replicas={state['replicas']}")
         self.load_checkpoint_state(state)
-        self.calls = state["step"]
+        self.calls = self.hybrid_start = state["step"]
 
     def start_step(self) -> int:
         return self.calls
@@ -333,7 +365,7 @@ class AshPipeStrategy(Strategy):
         Switch Parallelism), its step, and the layout it trains, which a resumed run rebuilds
         instead of planning again. The pipeline is drained (:meth:`quiesce`)."""
         state = {"step": self.calls, "drains": self.drains, "switch_at": self.switch_at,
-                 "switch_reason": self.switch_reason}
+                 "switch_reason": self.switch_reason, "hybrid_start": self.hybrid_start}
         if self._dp is not None:
             params = {f"{i}.{n}": p.detach().cpu().clone() for i, layer in enumerate(self.layers)
                       for n, p in layer.named_parameters()}
@@ -355,6 +387,7 @@ class AshPipeStrategy(Strategy):
         self.calls, self.drains, self.entered = state["step"], state.get("drains", 0), 0
         self.switch_at = state.get("switch_at", self.switch_at)
         self.switch_reason = state.get("switch_reason", self.switch_reason)
+        self.hybrid_start = state.get("hybrid_start", self.hybrid_start)
 
     def memory_step_context(self):
         """The measured step starts and ends with no transfer in flight.

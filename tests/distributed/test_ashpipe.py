@@ -21,14 +21,21 @@ COMMON = ["strategy=ashpipe", "train.global_batch=12", "train.micro_batches=1", 
 # a training recipe: warm-up and cosine schedule, Nesterov, label smoothing, clipping that bites
 RECIPE = ["train.nesterov=true", "train.lr_schedule=cosine", "train.lr_warmup_steps=2", "train.label_smoothing=0.1",
           "train.grad_clip_norm=0.05"]
+ADAMW = ["train.optimizer=adamw", "train.lr=0.01", "train.weight_decay=0.05", "model.qkv_bias=false"]
+PREDICT = ["strategy.weight_prediction=true"]
+LR_CORRECTION = ["strategy.lr_correction=true", "strategy.lr_correction_steps=3"]
 # world size -> (replicas, boundaries, extra overrides)
 GRID = {
     2: [([2], None, []), ([1, 1], [3], []), ([1, 1], [2], ["strategy.switch_step=2"]),
         ([1, 1], [3], ["strategy.switch_step=4", "train.momentum=0.5"]),
         ([1, 1], [3], ["strategy.switch_step=3", *RECIPE]), ([1, 1], [3], ["strategy.switch_fraction=0.4"]),
-        ([1, 1], [3], ["strategy.switch_plateau=0.1", "strategy.switch_window=1"])],
+        ([1, 1], [3], ["strategy.switch_plateau=0.1", "strategy.switch_window=1"]),
+        ([1, 1], [3], PREDICT), ([1, 1], [2], [*PREDICT, *ADAMW]),
+        ([1, 1], [3], [*PREDICT, *ADAMW, "strategy.switch_step=2", "train.lr_schedule=cosine"])],
     3: [([2, 1], [3], []), ([1, 2], [2], []), ([1, 1, 1], [2, 4], ["strategy.recompute=all"]),
-        ([2, 1], [3], ["strategy.switch_step=3"]), ([1, 2], [2], RECIPE)],
+        ([2, 1], [3], ["strategy.switch_step=3"]), ([1, 2], [2], RECIPE),
+        ([1, 1, 1], [2, 4], LR_CORRECTION), ([1, 1, 1], [2, 4], [*LR_CORRECTION, *PREDICT, "strategy.switch_step=1"]),
+        ([2, 1], [3], [*PREDICT, *ADAMW, *LR_CORRECTION[:1]])],
     4: [([2, 1, 1], [2, 4], [])],
     # uneven shares on both sides and partial many-to-many overlaps: a global batch of 13 splits
     # 7/6 over stage 0's replicas and 5/4/4 over stage 1's, so every stage-0 replica sends to
@@ -107,3 +114,13 @@ def test_the_async_reference_is_not_synchronous_training():
     asynchronous = ashpipe_reference(spec, batches, [3])
     synchronous = ashpipe_reference(spec, batches, [])  # one stage: no staleness
     assert any(not torch.allclose(asynchronous[k], synchronous[k], atol=1e-4) for k in asynchronous)
+
+
+@pytest.mark.parametrize("mitigation", [PREDICT, [*PREDICT, *ADAMW], LR_CORRECTION])
+def test_each_mitigation_changes_the_reference(mitigation):
+    """The mitigations' comparisons above would be vacuous if the reference ignored them (a
+    three-stage pipeline: its first stage is two updates stale, so PipeMare's correction bites)."""
+    extra = mitigation[len(PREDICT):] if mitigation[0] == PREDICT[0] else []
+    plain, mitigated = _spec(3, [1, 1, 1], [2, 4], extra), _spec(3, [1, 1, 1], [2, 4], mitigation)
+    a, b = (ashpipe_reference(spec, _batches(spec), [2, 4]) for spec in (plain, mitigated))
+    assert any(not torch.allclose(a[k], b[k], atol=1e-4) for k in a)

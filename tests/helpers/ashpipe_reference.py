@@ -13,7 +13,12 @@ AshPipe's plateau rule fires on their losses (:func:`reference_switch`). The tra
 (learning-rate schedule, label smoothing, clipping) applies as AshPipe defines it:
 the data-parallel steps clip the whole model's gradient, the pipelined ones each
 stage's own, and each stage's schedule counts its own updates, continuing the
-data-parallel one's after the switch.
+data-parallel one's after the switch. The staleness mitigations are written out here on their
+own: with ``strategy.weight_prediction`` a stage's forward (and, stashed, its backward) uses the
+version it saw moved ``d`` updates along the optimizer's update direction at that version
+(``d`` = the updates that land before the minibatch's own); with ``strategy.lr_correction`` a
+stage ``tau`` updates stale steps at its scheduled rate divided by ``tau ** p``, ``p`` falling
+from 1 at the switch to 0 over ``lr_correction_steps``.
 """
 
 from __future__ import annotations
@@ -47,6 +52,25 @@ def reference_switch(spec, batches, window: int, threshold: float) -> int | None
     return None
 
 
+def _update_direction(opt: torch.optim.Optimizer, params) -> dict[str, torch.Tensor]:
+    """The optimizer's next update per parameter, as learning rate x direction (zero before its first step)."""
+    group = opt.param_groups[0]
+    lr, out = group["lr"], {}
+    for n, p in params:
+        state = opt.state.get(p)
+        if not state:
+            out[n] = torch.zeros_like(p)
+        elif isinstance(opt, torch.optim.SGD):
+            out[n] = lr * state["momentum_buffer"]
+        else:
+            beta1, beta2 = group["betas"]
+            t = float(state["step"])
+            m_hat = state["exp_avg"] / (1 - beta1**t)
+            v_hat = state["exp_avg_sq"] / (1 - beta2**t)
+            out[n] = lr * (m_hat / (v_hat.sqrt() + group["eps"]) + group["weight_decay"] * p.detach())
+    return out
+
+
 def ashpipe_reference(spec, batches, boundaries: list[int], switch_at: int = 0) -> dict[str, torch.Tensor]:
     layers = build_layers(spec.model, spec.seed)
     full = nn.Sequential(*layers)
@@ -62,20 +86,34 @@ def ashpipe_reference(spec, batches, boundaries: list[int], switch_at: int = 0) 
     S = len(ranges)
     stages = [nn.Sequential(*layers[lo:hi]) for lo, hi in ranges]
     opts = []
-    for st in stages:
-        opt = make_optimizer(st.parameters(), train, spec.steps)
-        if switch_at:
-            carry_schedule(dp_opt, opt)
+    correct = spec.strategy.lr_correction
+    anneal = spec.strategy.lr_correction_steps or spec.steps_per_epoch
+    for s, st in enumerate(stages):
+        tau = S - 1 - s
+        # (a stage at most one update stale keeps its rate: 1 ** -p = 1)
+        scale = (lambda k, tau=tau: tau ** -(1 - min(1.0, (k - switch_at) / anneal))) if correct and tau > 1 else None
+        opt = make_optimizer(st.parameters(), train, spec.steps, scale)
+        carry_schedule(opt, switch_at)
         for p in st.parameters():
             if p in dp_opt.state:
                 opt.state[p] = dp_opt.state[p]
         opts.append(opt)
-    snapshot = lambda st: {n: p.detach().clone() for n, p in st.named_parameters()}  # noqa: E731
-    versions = [{0: snapshot(st)} for st in stages]
+    predict = spec.strategy.weight_prediction
+
+    def snapshot(s):  # a stage's weights after an update, and the optimizer's next update then
+        named = list(stages[s].named_parameters())
+        return {n: p.detach().clone() for n, p in named}, _update_direction(opts[s], named)
+
+    versions = [{0: snapshot(s)} for s in range(S)]
+
+    def used_by(s, j):
+        seen = max(0, j - (S - 1 - s))
+        weights, update = versions[s][seen]
+        d = j - seen if predict else 0
+        return {n: (w - d * update[n]).requires_grad_(True) for n, w in weights.items()}
 
     for j, (x, y) in enumerate(batches[switch_at:]):
-        used = [{n: t.clone().requires_grad_(True) for n, t in versions[s][max(0, j - (S - 1 - s))].items()}
-                for s in range(S)]
+        used = [used_by(s, j) for s in range(S)]
         h = x
         for st, weights in zip(stages, used):
             h = functional_call(st, weights, (h,))
@@ -86,5 +124,5 @@ def ashpipe_reference(spec, batches, boundaries: list[int], switch_at: int = 0) 
             clip_gradients(st.parameters(), train.grad_clip_norm)
             opts[s].step()
             opts[s].zero_grad(set_to_none=True)
-            versions[s][j + 1] = snapshot(st)
+            versions[s][j + 1] = snapshot(s)
     return {f"{i}.{n}": p.detach().clone() for i, layer in enumerate(layers) for n, p in layer.named_parameters()}

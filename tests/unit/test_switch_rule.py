@@ -32,6 +32,8 @@ def test_each_way_of_naming_the_switch_gives_its_step(extra, expected):
     (["strategy.switch_epoch=1", "strategy.switch_plateau=0.1"], "both say when to switch; give one"),
     (["strategy.switch_window=3"], "strategy.switch_window=3 applies with strategy.switch_plateau only"),
     (["strategy.switch_fraction=1.5"], "strategy.switch_fraction=1.5 must be"),
+    (["strategy.weight_prediction=true", "train.optimizer=sgd", "train.momentum=0"], "train.momentum=0 has none"),
+    (["strategy.lr_correction_steps=5"], "applies with strategy.lr_correction=true only"),
 ])
 def test_contradictory_or_stray_switch_keys_are_refused_in_one_line(extra, refusal):
     with pytest.raises(ConfigError) as e:

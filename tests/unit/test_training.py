@@ -6,7 +6,8 @@ import torch
 import torch.nn.functional as F
 
 from harness.errors import ConfigError
-from harness.training import clip_gradients, make_optimizer, replica_slice, summed_loss
+from harness.training import (carry_schedule, clip_gradients, delay_lr_scale, make_optimizer, predict_weights_,
+                              replica_slice, summed_loss)
 from tests.helpers.cli import make_spec
 
 
@@ -89,3 +90,41 @@ def test_clipping_a_split_model_clips_by_the_whole_models_norm():
     unclipped[0].grad = torch.tensor([0.3, 0.4])
     clip_gradients(unclipped, 1.0)  # a norm under the limit is left alone
     torch.testing.assert_close(unclipped[0].grad, torch.tensor([0.3, 0.4]))
+
+
+def test_the_delay_correction_divides_by_the_delay_then_anneals_to_the_full_rate():
+    params = [torch.nn.Parameter(torch.zeros(3))]
+    spec = make_spec("train.optimizer=sgd", "train.lr=1.0")
+    stale = make_optimizer(params, spec.train, lr_scale=delay_lr_scale(4, lambda: 2, anneal_steps=4))
+    carry_schedule(stale, 2)  # the pipeline starts after two synchronous steps
+    # 4 ** -p with p = 1, 3/4, 1/2, 1/4, 0, then the full rate
+    assert _steps_of(stale, 6) == pytest.approx([4 ** -p for p in (1, 0.75, 0.5, 0.25, 0, 0)])
+    # one update stale: 1 ** -p leaves the rate alone; the schedule's own factor still applies
+    warm = make_spec("train.optimizer=sgd", "train.lr=1.0", "train.lr_warmup_steps=2").train
+    assert _steps_of(make_optimizer(params, warm, lr_scale=delay_lr_scale(1, lambda: 0, 4)), 3) == pytest.approx([0.5, 1, 1])
+
+
+def test_weight_prediction_extrapolates_the_optimizers_own_update():
+    torch.manual_seed(0)
+    w = torch.nn.Parameter(torch.randn(5))
+    g = torch.randn(5)
+    sgd = torch.optim.SGD([w], lr=0.1, momentum=0.9)
+    copy = [w.detach().clone()]
+    predict_weights_(copy, [w], sgd, delay=3)  # no step yet: no direction
+    assert torch.equal(copy[0], w.detach())
+    w.grad = g.clone()
+    sgd.step()
+    copy = [w.detach().clone()]
+    predict_weights_(copy, [w], sgd, delay=3)
+    torch.testing.assert_close(copy[0], w.detach() - 3 * 0.1 * sgd.state[w]["momentum_buffer"])
+    # AdamW without averaging (betas 0): while the gradient holds, the prediction is where the
+    # weights will be (to first order in lr x weight decay over several steps)
+    adamw = torch.optim.AdamW([w], lr=0.01, betas=(0.0, 0.0), weight_decay=0.1)
+    adamw.step()
+    for delay in (1, 2):
+        copy = [w.detach().clone()]
+        predict_weights_(copy, [w], adamw, delay=delay)
+        ahead = w.detach().clone()
+        for _ in range(delay):
+            ahead = ahead * (1 - 0.01 * 0.1) - 0.01 * g / (g.abs() + 1e-8)
+        torch.testing.assert_close(copy[0], ahead, atol=1e-6 if delay == 1 else 5e-5, rtol=0)
