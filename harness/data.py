@@ -118,7 +118,8 @@ def _checked_cifar100(verify_md5: bool):
                 if not os.path.isfile(path):
                     raise ConfigError(
                         f"CIFAR-100 file missing: {path}; set data.root to the folder holding 'cifar-100-python', "
-                        "or pass data.download=true where the network allows"
+                        + ("or pass data.download=true where the network allows" if verify_md5 else
+                           "or write the set there first (data=digits: python -m harness.digits --root <data.root>)")
                     )
                 if verify_md5:
                     ok = check_integrity(path, md5)
@@ -182,8 +183,35 @@ def augments(cfg) -> bool:
 
 
 def train_size(cfg) -> int:
-    """Images in the training split, known without loading it (an epoch's length)."""
-    return cfg.train_size if cfg.name == "synthetic" else 50000
+    """Images in the training split (an epoch's length): known for the official CIFAR-100 archive,
+    read from the file for one written in its format (``data.verify_md5=false``)."""
+    if cfg.name == "synthetic":
+        return cfg.train_size
+    path = os.path.join(os.path.abspath(os.path.expanduser(cfg.root)), CIFAR100.base_folder, "train")
+    if cfg.verify_md5 or (cfg.download and not os.path.isfile(path)):
+        return 50000
+    check_available(cfg)
+    with open(path, "rb") as f:
+        return len(pickle.load(f, encoding="latin1")["fine_labels"])
+
+
+def write_cifar100(root: str, splits: dict[str, tuple], fine_label_names: list[str]) -> str:
+    """Write images in CIFAR-100's python format under ``root``/cifar-100-python, for data made
+    elsewhere to be read by the real loader (``data=cifar100 data.root=<root> data.verify_md5=false``).
+    ``splits``: {"train": (images, labels), "test": (...)}, images uint8 N x 3 x 32 x 32, labels < 100."""
+    folder = os.path.join(root, CIFAR100.base_folder)
+    os.makedirs(folder, exist_ok=True)
+    for name, (images, labels) in splits.items():
+        n = len(labels)
+        entry = {"filenames": [f"{name}_{i}.png" for i in range(n)], "batch_label": name,
+                 "fine_labels": [int(v) for v in labels], "coarse_labels": [int(v) % 20 for v in labels],
+                 "data": images.reshape(n, 3 * 32 * 32)}  # rows of 1024 R, then G, then B bytes
+        with open(os.path.join(folder, name), "wb") as f:
+            pickle.dump(entry, f)
+    names = list(fine_label_names) + [f"unused_{i}" for i in range(len(fine_label_names), 100)]
+    with open(os.path.join(folder, "meta"), "wb") as f:
+        pickle.dump({"fine_label_names": names, "coarse_label_names": [f"group_{i}" for i in range(20)]}, f)
+    return folder
 
 
 def check_available(cfg) -> None:

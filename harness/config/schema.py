@@ -50,6 +50,8 @@ class ModelConfig:
 class DataConfig:
     name: str = choice(MISSING, "synthetic", "cifar100")
     root: str = "data/cifar100"
+    # the name records and tables give the data (unset: name); a set written in CIFAR-100's format names itself
+    label: Optional[str] = None
     download: bool = False
     # check the official MD5 sums (turn off for data you generated in the official format)
     verify_md5: bool = True

@@ -61,7 +61,7 @@ class RunSpec:
         return {
             "strategy": self.strategy.name,
             "model": self.model.name,
-            "data": self.data.name,
+            "data": self.data.label or self.data.name,
             "world_size": self.world_size,
             "global_batch": self.train.global_batch,
             "micro_batches": self.train.micro_batches,

@@ -13,6 +13,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import ConfigKeyError, ValidationError
 
 from harness.config import schema
+from harness import digits
 from harness.config.registry import CONFIG_DIR, strategy_classes
 from harness.errors import ConfigError
 from tests.helpers.cli import compose_config, make_spec
@@ -70,13 +71,23 @@ EXPECTED_REFUSALS = {
 }
 
 
+@pytest.fixture(scope="module")
+def digits_root(tmp_path_factory) -> str:
+    """scikit-learn's digits written as data=digits expects them (python -m harness.digits)."""
+    root = str(tmp_path_factory.mktemp("digits"))
+    digits.main(["--root", root])
+    return root
+
+
 @pytest.mark.parametrize("experiment", _names("experiment"))
-def test_every_job_of_every_experiment_composes_into_a_validated_spec(experiment):
+def test_every_job_of_every_experiment_composes_into_a_validated_spec(experiment, digits_root):
     jobs = _sweep_jobs(experiment)
     assert jobs
+    # the study on digits reads the set its command writes
+    data = [f"data.root={digits_root}"] if experiment == "accuracy_digits" else []
     for job in jobs:
         # on this machine: the device is the only thing a GPU sweep needs that is not here
-        overrides = [f"experiment={experiment}", *job, "launch.device=cpu"]
+        overrides = [f"experiment={experiment}", *job, "launch.device=cpu", *data]
         refusal = EXPECTED_REFUSALS.get((experiment, *(o for o in job if o != "repeat=0")))
         if refusal:
             with pytest.raises(ConfigError, match=refusal):

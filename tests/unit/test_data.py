@@ -7,7 +7,7 @@ import torch
 
 from harness.config.schema import DataConfig
 from harness import data
-from harness.data import BatchOrder, check_available, load
+from harness.data import BatchOrder, check_available, load, train_size, write_cifar100
 from harness.training import replica_slice
 from harness.errors import ConfigError
 
@@ -42,19 +42,10 @@ def test_replica_slices_partition_the_batch(batch, n):
 
 def write_fake_cifar100(root: str, n_train: int = 50, n_test: int = 20) -> str:
     """A tiny archive in the official CIFAR-100 python format (pickled dicts, 3072-byte rows)."""
-    folder = os.path.join(root, "cifar-100-python")
-    os.makedirs(folder, exist_ok=True)
     rng = np.random.default_rng(0)
-    for name, n in (("train", n_train), ("test", n_test)):
-        entry = {"filenames": [f"{i}.png" for i in range(n)], "batch_label": name,
-                 "fine_labels": rng.integers(0, 100, n).tolist(), "coarse_labels": rng.integers(0, 20, n).tolist(),
-                 "data": rng.integers(0, 256, (n, 3072), dtype=np.uint8)}
-        with open(os.path.join(folder, name), "wb") as f:
-            pickle.dump(entry, f)
-    with open(os.path.join(folder, "meta"), "wb") as f:
-        pickle.dump({"fine_label_names": [f"c{i}" for i in range(100)],
-                     "coarse_label_names": [f"s{i}" for i in range(20)]}, f)
-    return folder
+    splits = {name: (rng.integers(0, 256, (n, 3, 32, 32), dtype=np.uint8), rng.integers(0, 100, n).tolist())
+              for name, n in (("train", n_train), ("test", n_test))}
+    return write_cifar100(root, splits, [f"c{i}" for i in range(100)])
 
 
 def test_cifar100_loader_reads_the_official_format(tmp_path):
@@ -102,3 +93,16 @@ def test_augmented_batches_depend_on_seed_and_step_only_and_crop_and_flip_the_im
         crops = [raw[i, :, t:t + 32, l:l + 32] for t in range(9) for l in range(9)]
         assert any(torch.equal(c, pixels[i]) or torch.equal(c.flip(-1), pixels[i]) for c in crops), i
     assert not load(DataConfig(name="synthetic", train_size=200, test_size=50), seed=3).augment  # off by default
+
+
+def test_digits_in_cifar100_format_are_read_by_the_real_loader(tmp_path):
+    from harness.digits import main
+
+    main(["--root", str(tmp_path)])
+    cfg = DataConfig(name="cifar100", root=str(tmp_path), verify_md5=False, label="digits")
+    ds = load(cfg, seed=0)
+    assert len(ds.train) == train_size(cfg) == 1438 and len(ds.test) == 359  # the epoch's length from the file
+    assert set(ds.train.labels.tolist()) == set(range(10)) and ds.train.images.shape[1:] == (3, 32, 32)
+    # grey images: the three channels equal; strokes bright on a dark ground
+    assert torch.equal(ds.train.images[:, 0], ds.train.images[:, 2]) and ds.train.images.max() == 255
+    assert ds.augment  # augmented as CIFAR-100 is
