@@ -2,7 +2,7 @@
 
 - throughput against world size, one line per strategy;
 - peak memory per rank (stage), one group of bars per strategy;
-- accuracy and loss curves of every run;
+- accuracy and loss curves of every configuration (the mean of its seeds, with a 95% interval);
 - a per-rank pipeline timeline (Gantt chart of forward, backward,
   communication and idle) from the events our runtime recorded for its last timed step;
 - the same chart for every strategy, baselines included, from the compute spans of
@@ -15,6 +15,9 @@ import os
 import re
 
 import matplotlib
+import pandas as pd
+
+from harness.report.statistics import interval
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -74,26 +77,56 @@ def memory_per_rank(records: list[dict], out_dir: str) -> list[str]:
     return _save(fig, out_dir, "memory_per_rank")
 
 
+def _mean_curve(curves: list[list[tuple[float, float]]]) -> tuple[list, list, list]:
+    """Steps every run evaluated, the mean there, and the half-width of its 95% interval (0 for one run)."""
+    common = sorted(set.intersection(*(set(x for x, _ in c) for c in curves)))
+    at = [dict(c) for c in curves]
+    means, halves = [], []
+    for x in common:
+        mean, half, _ = interval(pd.Series([a[x] for a in at]))
+        means.append(mean)
+        halves.append(0.0 if half != half else half)  # NaN (one run): no band
+    return common, means, halves
+
+
 def curves(records: list[dict], out_dir: str) -> list[str]:
+    """Training loss and test accuracy against the step: one line per configuration, the mean of its
+    runs (seeds or repeats) with a shaded 95% interval where it ran more than once."""
     ok = [r for r in records if r.get("status") == "ok" and r.get("loss_curve")]
-    if not ok:
-        return []
-    fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(10, 3.5))
-    for r in ok:
-        label = f"{r['strategy']} w={r['world_size']}"
-        steps, losses = zip(*r["loss_curve"])
-        ax_loss.plot(steps, losses, label=label, lw=1)
-        acc = r.get("accuracy_curve") or []
-        if acc:
-            ax_acc.plot([p["step"] for p in acc], [100 * p["accuracy"] for p in acc], marker=".", label=label)
+    data_sets = sorted({str(r.get("data")) for r in ok})
+    paths = []
+    for data in data_sets:  # one figure per data set
+        runs = [r for r in ok if str(r.get("data")) == data]
+        paths += _curves_of(runs, out_dir, "curves" if len(data_sets) == 1 else f"curves_{data}")
+    return paths
+
+
+def _curves_of(records: list[dict], out_dir: str, name: str) -> list[str]:
+    groups: dict[str, list[dict]] = {}
+    for r in records:
+        variant = f" ({r['variant']})" if r.get("variant") else ""
+        groups.setdefault(f"{r['strategy']}{variant} w={r['world_size']}", []).append(r)
+    fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(12, 4))
+    fig.suptitle(f"{records[0].get('model')} on {records[0].get('data')}", fontsize=9)
+    for label, runs in groups.items():
+        shown = f"{label} x{len(runs)}" if len(runs) > 1 else label
+        steps, mean, half = _mean_curve([[(s, v) for s, v in r["loss_curve"]] for r in runs])
+        (line,) = ax_loss.plot(steps, mean, label=shown, lw=1)
+        ax_loss.fill_between(steps, [m - h for m, h in zip(mean, half)], [m + h for m, h in zip(mean, half)],
+                             color=line.get_color(), alpha=0.2, lw=0)
+        evaluated = [[(p["step"], 100 * p["accuracy"]) for p in r.get("accuracy_curve") or []
+                      if p.get("accuracy") is not None] for r in runs]
+        if all(evaluated):
+            steps, mean, half = _mean_curve(evaluated)
+            ax_acc.errorbar(steps, mean, yerr=half, marker=".", capsize=2, label=shown, color=line.get_color())
     ax_loss.set_xlabel("step")
     ax_loss.set_ylabel("training loss")
     ax_acc.set_xlabel("step")
     ax_acc.set_ylabel("test top-1 (%)")
     for ax in (ax_loss, ax_acc):
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    return _save(fig, out_dir, "curves")
+    ax_acc.legend(fontsize=6, loc="center left", bbox_to_anchor=(1.02, 0.5))
+    return _save(fig, out_dir, name)
 
 
 def _kind(label: str) -> str:

@@ -13,24 +13,25 @@ A group without a successful DP run says so (no speedup is invented); failed run
 the table, marked failed. Where the same configuration ran several times (seeds, or
 ``repeat=0,1,2``), the table gives per figure the mean, the half-width of its 95%
 confidence interval (Student's t) and the number of runs; time to target follows
-MLPerf's rule (of five runs the fastest and the slowest are dropped).
+MLPerf's rule (of five runs the fastest and the slowest are dropped), and beside it the steps
+to target (the first evaluated step at or above ``train.target_accuracy``, which does not
+depend on the machine's speed) and how many runs reached the target at all.
 """
 
 from __future__ import annotations
 
 import glob
 import json
-import math
 import os
 import sys
 
 import pandas as pd
-from scipy import stats
 
 from harness.report.environment import environment
 from harness.report.figures import all_figures
 from harness.report.record import RECORD_FILE, read
 from harness.report.schema import RecordError, validate
+from harness.report.statistics import interval, mlperf_times, steps_to_target
 
 # speedup and ME are against this strategy's runs in the same group (the DP reference)
 REFERENCE_STRATEGY = "dp"
@@ -39,13 +40,13 @@ REFERENCE_STRATEGY = "dp"
 # (and precision: a bf16 run's speedup is over DP in bf16)
 GROUP_KEYS = ["model", "data", "world_size", "global_batch", "device", "precision"]
 _COLUMNS = ["block", "started_at", "strategy", "layout", "model", "data", "world_size", "global_batch", "micro_batches", "seed", "repeat", "device", "precision", "status", "throughput",
-            "step_time_s", "speedup", "peak_memory_bytes", "me", "accuracy", "final_loss", "time_to_target_s",
+            "step_time_s", "speedup", "peak_memory_bytes", "me", "accuracy", "final_loss", "time_to_target_s", "steps_to_target",
             "bubble_measured", "bubble_fraction", "bubble_analytic", "bubble_replayed", "hidden_allreduce_s", "tflops_per_device", "mfu", "hfu",
             "error", "path", "simulated", "speed_comparable", "workers_on_host", "threads_per_worker", "host_cores",
             "configuration"]
 # column -> True if larger is better (for the bold best value in LaTeX)
 _BEST = {"samples/s": True, "speedup": True, "ME": True, "top-1 %": True, "peak MiB/rank": False,
-         "final loss": False, "s to target": False, "bubble %": False}
+         "final loss": False, "s to target": False, "steps to target": False, "bubble %": False}
 # every figure a table of repeated runs gives with its interval
 _FIGURES = [*_BEST, "analytic %", "replayed %", "hidden AR ms", "TFLOP/s/dev", "MFU %", "HFU %"]
 
@@ -134,7 +135,8 @@ def layout_text(record: dict) -> str:
 
 def to_frame(records: list[dict]) -> pd.DataFrame:
     rows = [{**{k: v for k, v in r.items() if not isinstance(v, (dict, list)) or k == "peak_memory_per_rank"},
-             "layout": layout_text(r), "configuration": configuration_id(r)} for r in records]
+             "layout": layout_text(r), "configuration": configuration_id(r), "steps_to_target": steps_to_target(r)}
+            for r in records]
     df = pd.DataFrame(rows)
     for col in _COLUMNS:
         if col not in df.columns:
@@ -210,6 +212,7 @@ def presentable(df: pd.DataFrame) -> pd.DataFrame:
         "top-1 %": (df["accuracy"].astype(float) * 100).round(2),
         "final loss": df["final_loss"].astype(float).round(4),
         "s to target": df["time_to_target_s"].astype(float).round(1),
+        "steps to target": df["steps_to_target"].astype(float),
         # a simulated row's idle share is the prediction of what a run measures (its other figures too)
         "bubble %": (df["bubble_measured"].where(df["simulated"] != True, df["bubble_fraction"])  # noqa: E712
                      .astype(float) * 100).round(1),
@@ -225,24 +228,6 @@ def presentable(df: pd.DataFrame) -> pd.DataFrame:
     return table if (table["block"] != "").any() else table.drop(columns="block")
 
 
-def interval(values: pd.Series, confidence: float = 0.95) -> tuple[float, float, int]:
-    """(mean, half-width of its ``confidence`` interval from Student's t, count); no interval for one value."""
-    values = values.astype(float).dropna()
-    n = len(values)
-    if n == 0:
-        return float("nan"), float("nan"), 0
-    if n == 1:
-        return float(values.iloc[0]), float("nan"), 1
-    half = stats.t.ppf((1 + confidence) / 2, n - 1) * values.std(ddof=1) / math.sqrt(n)
-    return float(values.mean()), float(half), n
-
-
-def mlperf_times(values: pd.Series) -> pd.Series:
-    """Times to target as MLPerf training scores them: of five runs, the fastest and the slowest are dropped."""
-    values = values.astype(float).dropna().sort_values()
-    return values.iloc[1:-1] if len(values) == 5 else values
-
-
 CONFIG_KEYS = ["block", "strategy", "layout", "model", "data", "workers", "batch", "micro", "device", "precision"]
 
 
@@ -254,6 +239,8 @@ def aggregated(table: pd.DataFrame) -> pd.DataFrame:
         row = {k: group[k].iloc[0] for k in CONFIG_KEYS if k in group}
         ok = group[group["status"] == "ok"]
         row["runs"] = f"{len(ok)}/{len(group)} ok"
+        # the times to target average the runs that reached it: say how many did
+        row["reached target"] = f"{ok['steps to target'].notna().sum()}/{len(ok)}"
         for col in _FIGURES:
             values = mlperf_times(ok[col]) if col == "s to target" else ok[col]
             row[col], row[f"{col} ±95%"], _ = interval(values)

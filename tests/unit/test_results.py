@@ -6,7 +6,9 @@ import pytest
 
 from harness.report.record import failed_record, read, write
 from harness.report.schema import SCHEMA_VERSION, RecordError
-from harness.report.tables import comparison, interval, load_records, mlperf_times, render
+from harness.report.figures import curves
+from harness.report.statistics import interval, mlperf_times
+from harness.report.tables import comparison, load_records, render
 
 
 def _rec(strategy, world_size, throughput, mem, model="vit_micro", status="ok", error=None):
@@ -185,3 +187,22 @@ def test_blocks_keep_their_order_share_the_dp_reference_and_crowded_speed_is_mar
     crowded = df[(df.block == "replicated") & (df.strategy == "dp")].iloc[0]
     assert crowded.note.startswith("speed and bubble not comparable: 4 workers x 1 threads on 2 cores")
     assert "not comparable" not in df[df.strategy == "ashpipe"].iloc[0].note
+
+
+def test_seeds_give_steps_to_target_the_runs_that_reached_it_and_curves_with_a_band(tmp_path):
+    def run(seed, accuracies, data="synthetic"):
+        curve = [{"step": 10 * (k + 1), "accuracy": a} for k, a in enumerate(accuracies)]
+        return {**_rec("ashpipe", 2, 100.0, 200), "seed": seed, "data": data, "target_accuracy": 0.5,
+                "accuracy_curve": curve, "loss_curve": [[s, 4.0 - s / 10] for s in range(30)]}
+
+    runs = [run(0, [0.2, 0.5, 0.6]), run(1, [0.6, 0.7, 0.8]), run(2, [0.1, 0.2, 0.3])]
+    for i, r in enumerate(runs):
+        write(str(tmp_path / f"a{i}"), r)
+    csv = render(load_records([str(tmp_path)]), "csv").splitlines()
+    row = dict(zip(csv[0].split(","), csv[1].split(",")))
+    # seeds 0 and 1 reach 50% at steps 20 and 10; seed 2 never does, and the table says so
+    assert float(row["steps to target"]) == 15 and row["reached target"] == "2/3"
+    write(str(tmp_path / "digits"), run(0, [0.9, 0.95, 0.97], data="digits"))
+    records = [read(str(tmp_path / name / "metrics.json")) for name in ("a0", "a1", "a2", "digits")]
+    names = sorted(os.path.basename(p) for p in curves(records, str(tmp_path / "figures")))
+    assert names == ["curves_digits.pdf", "curves_digits.png", "curves_synthetic.pdf", "curves_synthetic.png"]
