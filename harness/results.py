@@ -1,4 +1,5 @@
-"""``python -m harness.results SOURCE [SOURCE ...] [--format md|csv|latex] [--figures DIR]`` (``pipebench-results``).
+"""``python -m harness.results SOURCE [SOURCE ...] [--format md|csv|latex] [--figures DIR] [--target ACCURACY]``
+(``pipebench-results``).
 
 A SOURCE is a sweep or run directory (every ``metrics.json`` below it), a
 ``metrics.json`` file, a wandb offline run folder (the record is saved in its
@@ -14,6 +15,7 @@ import sys
 
 from harness.report.figures import all_figures
 from harness.report.record import RECORD_FILE
+from harness.report.statistics import retargeted
 from harness.report.tables import load_raw, render, to_frame
 
 
@@ -23,12 +25,19 @@ def main(argv: list[str] | None = None) -> int:
                                                    "or wandb:entity/project[/group]")
     parser.add_argument("--format", choices=["md", "csv", "latex"], default="md")
     parser.add_argument("--figures", metavar="DIR", help="also draw the figures (PNG and PDF) into DIR")
+    parser.add_argument("--target", type=float, metavar="ACCURACY",
+                        help="time and steps to this test accuracy (a fraction), read from the runs' curves, "
+                             "instead of the train.target_accuracy each run was given")
     args = parser.parse_args(argv)
+    if args.target is not None and not 0 < args.target <= 1:
+        parser.error(f"--target {args.target}: give the accuracy as a fraction in (0, 1]")
     records = load_raw(args.sources)
     if not records:
         print(f"error: no readable {RECORD_FILE} under {', '.join(args.sources)} (none found, or none of this "
               "harness's record schema)", file=sys.stderr)
         return 2
+    if args.target is not None:
+        records = retargeted(records, args.target)
     print(render(to_frame(records), args.format))
     if args.figures:
         paths = all_figures(records, args.figures)

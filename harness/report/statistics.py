@@ -26,13 +26,30 @@ def mlperf_times(values: pd.Series) -> pd.Series:
     return values.iloc[1:-1] if len(values) == 5 else values
 
 
-def steps_to_target(record: dict) -> int | None:
-    """The first evaluated step at which the run's test accuracy reached its ``target_accuracy``
-    (None: it never did), a count that does not depend on the machine's speed."""
+def first_at_target(record: dict) -> dict | None:
+    """The first evaluation at which the run's test accuracy reached its ``target_accuracy``
+    (None: it never did)."""
     target = record.get("target_accuracy")
     if target is None:
         return None
-    for point in record.get("accuracy_curve") or []:
-        if point.get("accuracy") is not None and point["accuracy"] >= target:
-            return point["step"]
-    return None
+    return next((p for p in record.get("accuracy_curve") or []
+                 if p.get("accuracy") is not None and p["accuracy"] >= target), None)
+
+
+def steps_to_target(record: dict) -> int | None:
+    """The step of :func:`first_at_target`, a count that does not depend on the machine's speed."""
+    point = first_at_target(record)
+    return point["step"] if point else None
+
+
+def retargeted(records: list[dict], target: float) -> list[dict]:
+    """The records with time to target read from their curves for another target accuracy (the
+    training time at the first evaluation at or above it, as the run itself measures it)."""
+    out = []
+    for r in records:
+        r = {**r, "target_accuracy": target}
+        if r.get("accuracy_curve"):
+            point = first_at_target(r)
+            r["time_to_target_s"] = point.get("elapsed_s") if point else None
+        out.append(r)
+    return out
