@@ -21,6 +21,10 @@ CASES = {
     "switch, resumed before it": (2, ["strategy.replicas=[1,1]", "strategy.boundaries=[3]", "strategy.switch_step=3"], 2),
     "switch, resumed after it": (2, ["strategy.replicas=[1,1]", "strategy.boundaries=[3]", "strategy.switch_step=3"], 4),
     "3 stages, non-uniform": (4, ["strategy.replicas=[2,1,1]", "strategy.boundaries=[2,4]"], 2),
+    # the learning-rate correction anneals from the switch: the resumed run must know when that was
+    "3 stages, switch, mitigations, resumed after it": (
+        4, ["strategy.replicas=[2,1,1]", "strategy.boundaries=[2,4]", "strategy.switch_step=1",
+            "strategy.lr_correction=true", "strategy.lr_correction_steps=8", "strategy.weight_prediction=true"], 4),
 }
 
 
