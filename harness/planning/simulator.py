@@ -27,6 +27,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from scipy.optimize import minimize_scalar
+
 from harness.errors import ConfigError
 from harness.planning.planner import Network, Profile
 from harness.report.environment import environment
@@ -352,38 +354,39 @@ def replayed_bubble(schedules: list[list[sch.Action]], busy: list[dict[str, floa
 
 def fit_runtime_overhead(cluster: Cluster, runs: list[tuple[SimLayout, int, int, float, Profile]]) -> tuple[float, float]:
     """(per action, per step) seconds that make the replay of each null-model run ``(layout, world
-    size, global batch, measured step s, the null model's profile)`` take its measured time.
+    size, global batch, measured step s, the null model's profile)`` take its measured time: the
+    least-squares fit with neither cost negative.
 
     A per-step cost adds itself once to a replayed step (the optimizer step ends every list); a
-    per-action cost adds itself once per action on the critical path, which two runs with
-    different action counts (micro-batches) tell apart: the per-action cost is the one (found by
-    bisection, the replay being monotone in it) that leaves both runs the same remainder, and the
-    per-step cost is that remainder. With one run (or no difference) it is all per step; neither
-    is negative."""
+    per-action cost adds itself once per action on the critical path, which runs with different
+    action counts (micro-batches) tell apart. For a given per-action cost the best per-step cost
+    is the mean of what the runs' measured steps leave over their replays (or none, where that
+    is negative); the per-action cost is searched for, the replay being a monotone function of it
+    that the simulator evaluates. Where the runs allow an exact fit this finds it; where they do not
+    (a noisy null run or profile: the runs with more actions took longer per action than the
+    replay, yet less in all than it), it finds the costs that come closest to every run, never
+    costs that push every replay past its measurement. With one run it is all per step."""
     def left(run, per_action: float) -> float:  # what a run's measured step leaves for the per-step cost
         layout, world, batch, measured, profile = run
         return measured - predict(profile, cluster, layout, world, batch, overhead=(per_action, 0.0)).iteration_s
 
-    per_action = 0.0
-    if len(runs) > 1:
-        few, many = runs[0], runs[-1]
+    def fit(per_action: float) -> tuple[float, float]:  # (best per-step cost, squared error) at per_action
+        remainders = [left(run, per_action) for run in runs]
+        per_step = max(0.0, sum(remainders) / len(remainders))
+        return per_step, sum((r - per_step) ** 2 for r in remainders)
 
-        def gap(o: float) -> float:  # > 0 while the run with more actions is left more: o too small
-            return left(many, o) - left(few, o)
-
-        if gap(0.0) > 0:
-            low, high = 0.0, max(run[3] for run in runs)
-            if gap(high) > 0:
-                low = high
-            for _ in range(60):
-                mid = (low + high) / 2
-                low, high = (mid, high) if gap(mid) > 0 else (low, mid)
-            per_action = (low + high) / 2
-    remainders = [left(run, per_action) for run in runs]
-    per_step = sum(remainders) / len(remainders)
-    if per_step < 0:  # the runs took less than their replays without overheads: nothing to add per step
-        per_step = 0.0
-    return per_action, per_step
+    if len(runs) < 2:
+        return 0.0, fit(0.0)[0]
+    # a geometric grid down from the longest measured step, then a bounded search between the best
+    # grid point's neighbours
+    high = max(run[3] for run in runs)
+    grid = [0.0] + [high * 2.0 ** -k for k in range(40, -1, -1)]
+    errors = [fit(o)[1] for o in grid]
+    best = min(range(len(grid)), key=errors.__getitem__)
+    bounds = (grid[max(best - 1, 0)], grid[min(best + 1, len(grid) - 1)])
+    found = minimize_scalar(lambda o: fit(o)[1], bounds=bounds, method="bounded", options={"xatol": 1e-12})
+    per_action = found.x if found.fun <= errors[best] else grid[best]
+    return per_action, fit(per_action)[0]
 
 
 def scaled_profile(profile: Profile, cluster: Cluster, network: Network) -> Profile:

@@ -190,6 +190,31 @@ def test_the_runtime_overhead_fit_recovers_the_costs_that_made_the_runs(schedule
     assert host_overhead(profile, replace(cluster, host_overhead=True), replace(layout, strategy="hippie")) == (0.0, 0.0)
 
 
+def test_the_runtime_overhead_fit_never_pushes_every_replay_past_its_run():
+    """Noisy null runs that no non-negative costs fit exactly: the run with more actions took longer
+    per action than the replay, yet both took less in all than the replay with those per-action
+    costs (a per-step cost of -5 ms would fit them). Least squares keeps both costs non-negative and
+    comes closer to both runs than the per-action cost that explains the difference alone (which,
+    with nothing per step, replays each run 3.5 ms too slow)."""
+    from harness.planning.simulator import fit_runtime_overhead
+
+    cluster, profile = _free_network_cluster(), _uniform_profile(fwd=1e-5, bwd=2e-5)
+    per_action, per_step, noise = 4e-4, 1.5e-3, 5e-3
+    runs = []
+    for m in (4, 8):
+        layout = SimLayout("hippie", [1, 1], None, m, "1f1b", set(), hides_allreduce=True)
+        made = predict(profile, cluster, layout, 2, 64, overhead=(per_action, per_step)).iteration_s
+        runs.append((layout, 2, 64, made - noise, profile))
+
+    def squared_error(costs):
+        return sum((t - predict(p, cluster, lay, w, b, overhead=costs).iteration_s) ** 2 for lay, w, b, t, p in runs)
+
+    fitted = fit_runtime_overhead(cluster, runs)
+    assert fitted[1] == 0.0 and 0.0 <= fitted[0] < per_action
+    assert squared_error(fitted) < squared_error((per_action, 0.0)) / 2
+    assert squared_error(fitted) <= squared_error((0.0, 0.0))
+
+
 def test_data_parallel_on_the_profiled_host_lasts_as_long_as_its_slowest_worker():
     """The lockstep measurement's slowest-over-typical ratio stretches DP's compute on the profiled
     host (its replicas meet after every step), and nothing else: not a pipeline, not a GPU cluster."""
