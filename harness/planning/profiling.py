@@ -198,12 +198,13 @@ def _network_worker(rank: int, out: str) -> None:
 def measure_profile(work: Workload, device: torch.device, network: Network | None = None) -> Profile:
     """The versioned profile of ``work`` on ``device`` (the network between two local workers unless given)."""
     network = network or measure_local_network()
-    if device.type == "cpu" and work.workers > 1:
+    if device.type == "cpu":
+        # measured in worker processes set up as a run's are (harness.metrics.track_cpu_allocations);
         # the workers of a run share the machine's cores and memory bandwidth: measure with as
         # many processes at once, each with a worker's threads, and keep the slowest one's figures
         # (the slowest rank sets a run's step time)
         processes = min(work.workers, os.cpu_count() or 1)
-        side_by_side = worker_context().Barrier(processes)
+        side_by_side = worker_context().Barrier(processes) if processes > 1 else None
         with tempfile.TemporaryDirectory() as d:
             start_workers(_measure_worker, args=(work, device, side_by_side, d), nprocs=processes)
             measured = [_load_measurement(os.path.join(d, f"{r}.json")) for r in range(processes)]
@@ -240,9 +241,6 @@ def _measure(work: Workload, device: torch.device, side_by_side=None, rounds: in
     Workers measuring side by side start each round together."""
     if device.type == "cpu":
         torch.set_num_threads(work.threads)
-        # as a run's workers compute: with the allocator keeping each block's size (for the memory
-        # figures), which costs every allocation a little (2% of vit_micro's pass here)
-        track_cpu_allocations()
     layers = with_precision([layer.to(device) for layer in build_layers(work.model, work.seed)], work.precision)
     sample = torch.randn(work.samples, 3, work.image_size, work.image_size, device=device)
     layer_rounds, passes, updates = [], [], []
@@ -286,6 +284,9 @@ def meeting_factor(lockstep: list[list[float]]) -> float:
 
 
 def _measure_worker(rank: int, work: Workload, device, side_by_side, out_dir: str) -> None:
+    # as a run's workers compute: with the allocator keeping each block's size (for the memory
+    # figures), which costs every allocation a little
+    track_cpu_allocations()
     layers, pass_s, update_s, lockstep = _measure(work, device, side_by_side)
     with open(os.path.join(out_dir, f"{rank}.json"), "w") as f:
         json.dump({"layers": [asdict(l) for l in layers], "pass_s": pass_s, "update_s": update_s,

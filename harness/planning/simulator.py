@@ -358,14 +358,11 @@ def fit_runtime_overhead(cluster: Cluster, runs: list[tuple[SimLayout, int, int,
     least-squares fit with neither cost negative.
 
     A per-step cost adds itself once to a replayed step (the optimizer step ends every list); a
-    per-action cost adds itself once per action on the critical path, which runs with different
-    action counts (micro-batches) tell apart. For a given per-action cost the best per-step cost
-    is the mean of what the runs' measured steps leave over their replays (or none, where that
-    is negative); the per-action cost is searched for, the replay being a monotone function of it
-    that the simulator evaluates. Where the runs allow an exact fit this finds it; where they do not
-    (a noisy null run or profile: the runs with more actions took longer per action than the
-    replay, yet less in all than it), it finds the costs that come closest to every run, never
-    costs that push every replay past its measurement. With one run it is all per step."""
+    per-action cost once per action on the critical path, which runs with different action counts
+    (micro-batches) tell apart. For a given per-action cost the best per-step cost is the mean of
+    what the runs leave over their replays, or zero where that is negative; the per-action cost is
+    searched on a geometric grid up to the longest step, then refined between the best point's
+    neighbours. With one run (or where more per-action cost fits no better) it is all per step."""
     def left(run, per_action: float) -> float:  # what a run's measured step leaves for the per-step cost
         layout, world, batch, measured, profile = run
         return measured - predict(profile, cluster, layout, world, batch, overhead=(per_action, 0.0)).iteration_s
@@ -377,15 +374,13 @@ def fit_runtime_overhead(cluster: Cluster, runs: list[tuple[SimLayout, int, int,
 
     if len(runs) < 2:
         return 0.0, fit(0.0)[0]
-    # a geometric grid down from the longest measured step, then a bounded search between the best
-    # grid point's neighbours
     high = max(run[3] for run in runs)
     grid = [0.0] + [high * 2.0 ** -k for k in range(40, -1, -1)]
     errors = [fit(o)[1] for o in grid]
     best = min(range(len(grid)), key=errors.__getitem__)
     bounds = (grid[max(best - 1, 0)], grid[min(best + 1, len(grid) - 1)])
     found = minimize_scalar(lambda o: fit(o)[1], bounds=bounds, method="bounded", options={"xatol": 1e-12})
-    per_action = found.x if found.fun <= errors[best] else grid[best]
+    per_action = found.x if found.fun < errors[best] else grid[best]
     return per_action, fit(per_action)[0]
 
 

@@ -193,9 +193,9 @@ def test_the_runtime_overhead_fit_recovers_the_costs_that_made_the_runs(schedule
 def test_the_runtime_overhead_fit_never_pushes_every_replay_past_its_run():
     """Noisy null runs that no non-negative costs fit exactly: the run with more actions took longer
     per action than the replay, yet both took less in all than the replay with those per-action
-    costs (a per-step cost of -5 ms would fit them). Least squares keeps both costs non-negative and
-    comes closer to both runs than the per-action cost that explains the difference alone (which,
-    with nothing per step, replays each run 3.5 ms too slow)."""
+    costs (a per-step cost of -3.5 ms would fit them). Least squares keeps both costs non-negative
+    and comes closer to both runs than the per-action cost that explains the difference alone
+    (which, with nothing per step, replays each run 3.5 ms too slow)."""
     from harness.planning.simulator import fit_runtime_overhead
 
     cluster, profile = _free_network_cluster(), _uniform_profile(fwd=1e-5, bwd=2e-5)
@@ -212,7 +212,7 @@ def test_the_runtime_overhead_fit_never_pushes_every_replay_past_its_run():
     fitted = fit_runtime_overhead(cluster, runs)
     assert fitted[1] == 0.0 and 0.0 <= fitted[0] < per_action
     assert squared_error(fitted) < squared_error((per_action, 0.0)) / 2
-    assert squared_error(fitted) <= squared_error((0.0, 0.0))
+    assert any(t >= predict(p, cluster, lay, w, b, overhead=fitted).iteration_s for lay, w, b, t, p in runs)
 
 
 def test_data_parallel_on_the_profiled_host_lasts_as_long_as_its_slowest_worker():
