@@ -68,9 +68,8 @@ def measure_runtime_overhead(spec: RunSpec, profile: Profile) -> RuntimeOverhead
     :func:`harness.planning.simulator.fit_runtime_overhead` finds the costs that make the replays
     of those runs, with the null model's own measured layers, take the time they took."""
     device = torch.device("cuda" if spec.device == "cuda" else "cpu")
-    cluster = Cluster(name="this host", devices_per_node=spec.world_size, comm_uses_compute=device.type == "cpu",
-                      intra_node_gbps=profile.network.p2p_bytes_per_s / 1e9,
-                      inter_node_gbps=profile.network.p2p_bytes_per_s / 1e9, latency_us=profile.network.latency_s * 1e6)
+    cluster = Cluster(name="this host", devices_per_node=spec.world_size, comm_uses_compute=device.type == "cpu")
+    cluster.use_network(profile.network)
     nulls, seen = [], []
     for count in (spec.train.micro_batches, 2 * spec.train.micro_batches):
         null = null_spec(spec, count)
@@ -103,8 +102,7 @@ def cluster_of(cfg: DictConfig, profile: Profile) -> Cluster:
     ``use_profile_network``: simulate the profiled machine's own network)."""
     cluster = Cluster(**{f.name: cfg.cluster[f.name] for f in dataclasses.fields(Cluster)})
     if cfg.cluster.use_profile_network:
-        cluster.intra_node_gbps = cluster.inter_node_gbps = profile.network.p2p_bytes_per_s / 1e9
-        cluster.latency_us = cluster.inter_latency_us = profile.network.latency_s * 1e6
+        cluster.use_network(profile.network)
     return cluster
 
 

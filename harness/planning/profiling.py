@@ -4,9 +4,9 @@ Per-layer forward and backward time (and the backward's input- and weight-gradie
 parts run apart, as zero-bubble schedules run them), output bytes, bytes saved for
 backward and parameter bytes (identical blocks measured once), at the samples one worker
 computes per forward, with the threads one worker would have; the whole
-forward, loss and backward of a shortened model (the step factor that scales
-isolated layer times to a real pass) and the optimizer update, interleaved with
-the layer times; on a CPU, as many processes measuring side by side as a run
+forward, loss and backward of the model (the step factor that scales isolated
+layer times to a real pass; a shortened model where a whole pass would take
+long) and the optimizer update, interleaved with the layer times; on a CPU, as many processes measuring side by side as a run
 has workers. Plus point-to-point and all-reduce bandwidth and latency between
 workers. Everything here takes plain values (:class:`Workload`), never a run
 config: the commands (``python -m harness.profile``, ``harness.plan``) and the
@@ -30,6 +30,7 @@ from harness import comm as comm_mod
 from harness.host import start_workers, worker_context
 from harness.metrics import track_cpu_allocations
 from harness.models import build_layers
+from harness.planning.flops import layer_flops
 from harness.planning.planner import LayerProfile, Network, Profile
 from harness.timing import DeviceTimer
 from harness.training import Autocast, make_optimizer, summed_loss, with_precision
@@ -198,6 +199,7 @@ def _network_worker(rank: int, out: str) -> None:
 def measure_profile(work: Workload, device: torch.device, network: Network | None = None) -> Profile:
     """The versioned profile of ``work`` on ``device`` (the network between two local workers unless given)."""
     network = network or measure_local_network()
+    whole = whole_pass(work)
     if device.type == "cpu":
         # measured in worker processes set up as a run's are (harness.metrics.track_cpu_allocations);
         # the workers of a run share the machine's cores and memory bandwidth: measure with as
@@ -206,34 +208,49 @@ def measure_profile(work: Workload, device: torch.device, network: Network | Non
         processes = min(work.workers, os.cpu_count() or 1)
         side_by_side = worker_context().Barrier(processes) if processes > 1 else None
         with tempfile.TemporaryDirectory() as d:
-            start_workers(_measure_worker, args=(work, device, side_by_side, d), nprocs=processes)
+            start_workers(_measure_worker, args=(work, device, side_by_side, d, whole), nprocs=processes)
             measured = [_load_measurement(os.path.join(d, f"{r}.json")) for r in range(processes)]
         layers, pass_s, update_s, _ = max(measured, key=lambda m: m[1])
         meeting = meeting_factor([m[3] for m in measured])
     else:
-        layers, pass_s, update_s, _ = _measure(work, device)
+        layers, pass_s, update_s, _ = _measure(work, device, whole=whole)
         meeting = 1.0
-    short = _short(layers)
+    calibrated = _calibrated(layers, whole)
     threads = work.threads if device.type == "cpu" else torch.get_num_threads()
     meta = {"model": getattr(work.model, "name", None), "threads": threads, "precision": work.precision, "torch": torch.__version__,
             "python": platform.python_version(), "host": platform.node(), "cpus": os.cpu_count(),
             "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
-            "step_factor_note": "forward, loss and backward of a shortened model / the sum of its layers' "
-                                "isolated times, measured by the same process; optimizer update timed on its own"}
+            "step_factor_note": f"forward, loss and backward of {'the whole' if whole else 'a shortened'} model / "
+                                "the sum of its layers' isolated times, measured by the same process; optimizer "
+                                "update timed on its own"}
     return Profile(layers, network, str(device), work.samples, meta=meta,
-                   step_factor=pass_s / (sum(l.forward_s + l.backward_s for l in short) * work.samples),
-                   optimizer_s_per_byte=update_s / sum(l.param_bytes for l in short), meeting_factor=meeting)
+                   step_factor=pass_s / (sum(l.forward_s + l.backward_s for l in calibrated) * work.samples),
+                   optimizer_s_per_byte=update_s / sum(l.param_bytes for l in calibrated), meeting_factor=meeting)
 
 
-def _short(layers: list) -> list:
-    """Embedding, two blocks and the head: every layer kind of a ViT. Its whole step against the
-    same layers' isolated times gives the step factor; identical blocks make it hold for the
-    full depth."""
-    return layers[:3] + layers[-1:] if len(layers) > 4 else layers
+# A whole pass of the model calibrates the layers' isolated times where it costs at most this
+# many FLOPs (about a second of one CPU core here; vit_tiny at 32 samples is 7e10); beyond it,
+# a shortened model does (ViT-H/14 on a CPU would otherwise spend minutes on it).
+WHOLE_PASS_FLOPS = 2e11
 
 
-def _measure(work: Workload, device: torch.device, side_by_side=None, rounds: int = 3):
-    """Per-layer times and whole-pass times of the shortened model, in this process.
+def whole_pass(work: Workload) -> bool:
+    """Whether the step factor and the optimizer's cost come from the whole model (else a
+    shortened one): decided from FLOPs, so every measuring process decides alike."""
+    return sum(f + b for f, b in layer_flops(work.model, work.samples, work.image_size)) <= WHOLE_PASS_FLOPS
+
+
+def _calibrated(layers: list, whole: bool) -> list:
+    """The layers whose whole pass the step factor and the optimizer's cost are measured on:
+    all of them, or (``whole`` false) the embedding, two blocks and the head, every layer kind
+    of a ViT. The whole model is the one to measure: blocks cost more in a deep pass than
+    in a short one (vit_micro's 6 layers took 8% longer than a 4-layer pass predicted, two
+    processes side by side here), since the backward reads activations saved longer ago."""
+    return layers if whole or len(layers) <= 4 else layers[:3] + layers[-1:]
+
+
+def _measure(work: Workload, device: torch.device, side_by_side=None, rounds: int = 3, whole: bool = True):
+    """Per-layer times and whole-pass times of the model (:func:`_calibrated`), in this process.
 
     The two are interleaved in rounds and each is the median over the rounds: a
     shared machine's speed drifts over seconds, and measuring them together puts
@@ -248,13 +265,13 @@ def _measure(work: Workload, device: torch.device, side_by_side=None, rounds: in
         if side_by_side is not None:
             side_by_side.wait(timeout=600)
         layer_rounds.append(profile_layers(layers, sample, repeats=3))
-        pass_s, update_s = _whole_step_s(work, _short(layers), sample, repeats=6, budget_s=2.0)
+        pass_s, update_s = _whole_step_s(work, _calibrated(layers, whole), sample, repeats=6, budget_s=2.0)
         passes.append(pass_s)
         updates.append(update_s)
     profiled = [replace(first, **{k: statistics.median(getattr(r[i], k) for r in layer_rounds)
                                   for k in ("forward_s", "backward_s", "backward_input_s", "backward_weight_s")})
                 for i, first in enumerate(layer_rounds[0])]
-    lockstep = _lockstep_passes(work, _short(layers), sample, side_by_side) if side_by_side is not None else []
+    lockstep = _lockstep_passes(work, _calibrated(layers, whole), sample, side_by_side) if side_by_side is not None else []
     return profiled, statistics.median(passes), statistics.median(updates), lockstep
 
 
@@ -283,11 +300,11 @@ def meeting_factor(lockstep: list[list[float]]) -> float:
     return statistics.median(slowest) / statistics.median([t for times in lockstep for t in times])
 
 
-def _measure_worker(rank: int, work: Workload, device, side_by_side, out_dir: str) -> None:
+def _measure_worker(rank: int, work: Workload, device, side_by_side, out_dir: str, whole: bool) -> None:
     # as a run's workers compute: with the allocator keeping each block's size (for the memory
     # figures), which costs every allocation a little
     track_cpu_allocations()
-    layers, pass_s, update_s, lockstep = _measure(work, device, side_by_side)
+    layers, pass_s, update_s, lockstep = _measure(work, device, side_by_side, whole=whole)
     with open(os.path.join(out_dir, f"{rank}.json"), "w") as f:
         json.dump({"layers": [asdict(l) for l in layers], "pass_s": pass_s, "update_s": update_s,
                    "lockstep": lockstep}, f)

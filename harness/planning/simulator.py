@@ -65,6 +65,9 @@ class Cluster:
     # compute speed relative to the device the profile was measured on
     compute_scale: float = 1.0
     intra_node_gbps: float = 100.0  # GB/s between devices of a node (NVLink ~ 150+, PCIe ~ 16)
+    # bus bandwidth (GB/s) of an all-reduce among a node's devices where it is below the link's:
+    # gloo's ring reduces on the CPU, at about 40% of its point-to-point rate here (None: the link's)
+    allreduce_gbps: float | None = None
     inter_node_gbps: float = 12.5  # GB/s between nodes (100 Gb/s ~ 12.5)
     latency_us: float = 10.0
     inter_latency_us: float = 20.0
@@ -79,6 +82,12 @@ class Cluster:
     @property
     def devices(self) -> int:
         return self.devices_per_node * self.nodes
+
+    def use_network(self, network: Network) -> None:
+        """Links, latency and all-reduce as measured between the profiled host's workers."""
+        self.intra_node_gbps = self.inter_node_gbps = network.p2p_bytes_per_s / 1e9
+        self.latency_us = self.inter_latency_us = network.latency_s * 1e6
+        self.allreduce_gbps = network.allreduce_bytes_per_s / 1e9
 
     def link(self, rank_a: int, rank_b: int) -> tuple[float, float]:
         """(bytes/s, latency s) between two ranks."""
@@ -98,7 +107,8 @@ class Cluster:
         g, k = max(per_node.values()), len(per_node)
         t = 0.0
         if g > 1:
-            t += 2 * (g - 1) / g * nbytes / (self.intra_node_gbps * 1e9) + 2 * (g - 1) * self.latency_us * 1e-6
+            bus = self.allreduce_gbps or self.intra_node_gbps
+            t += 2 * (g - 1) / g * nbytes / (bus * 1e9) + 2 * (g - 1) * self.latency_us * 1e-6
         if k > 1:
             t += 2 * (k - 1) / k * nbytes / (self.inter_node_gbps * 1e9) + 2 * (k - 1) * self.inter_latency_us * 1e-6
         return t
