@@ -14,20 +14,28 @@ from omegaconf import DictConfig
 from harness.config.spec import RunSpec
 from harness.errors import ConfigError
 from harness.host import threads_per_process
+from harness.models import num_layers
 from harness.planning.planner import Network, Profile
 from harness.planning.profiling import Workload, measure_profile
 from harness.planning.roofline import GPU_MEMORY_BANDWIDTH, gpu, measured_fraction, roofline_profile
 from harness.planning.simulator import Cluster, RuntimeOverhead, fit_runtime_overhead, predict
 from harness.run.calibrate import null_step_times
+from harness.runtime.partition import stage_ranges
 
 
 def workload(spec: RunSpec) -> Workload:
     """What a profile of ``spec`` measures: the batch one of its workers computes at a time
-    (the strategy's class says how many), with that worker's threads."""
+    (the strategy's class says how many), with that worker's threads; for a pipeline cut into one
+    stage per worker at given boundaries, each stage's own pass too."""
+    boundaries = getattr(spec.strategy, "boundaries", None)
+    stages = None
+    if boundaries and len(boundaries) + 1 == spec.world_size:
+        stages = [tuple(r) for r in stage_ranges(list(boundaries), num_layers(spec.model))]
     return Workload(model=spec.model, seed=spec.seed, image_size=spec.data.image_size,
                     samples=spec.strategy_cls.samples_per_forward(spec), workers=spec.world_size,
                     threads=threads_per_process(spec.launch.threads_per_worker, spec.world_size),
-                    train=spec.train, num_classes=spec.model.num_classes, precision=spec.train.precision)
+                    train=spec.train, num_classes=spec.model.num_classes, precision=spec.train.precision,
+                    stages=stages)
 
 
 def profile_spec(spec: RunSpec, runtime: bool = False) -> Profile:

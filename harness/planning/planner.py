@@ -82,6 +82,19 @@ class Profile:
     # workers measuring side by side, started together pass after pass: the slowest one's time over
     # one's (harness.planning.profiling.meeting_factor); 1 for one worker
     meeting_factor: float = 1.0
+    # a pipeline of one stage per worker, each stage's whole forward and backward timed by its own
+    # process while the others time theirs (harness.planning.profiling): {"boundaries": first layer
+    # of stages 1..S-1, "factors": per stage, its pass over the sum of its layers' isolated times};
+    # None: not measured (the step factor applies to every stage)
+    stage_factors: dict | None = None
+
+    def stage_factors_for(self, boundaries: list[int]) -> list[float]:
+        """The factor that scales each stage's isolated layer times to its pass, for a pipeline cut
+        at ``boundaries``: the measured ones where the profile timed that cut, else the step factor."""
+        sf = self.stage_factors
+        if sf and list(sf["boundaries"]) == list(boundaries):
+            return list(sf["factors"])
+        return [self.step_factor] * (len(boundaries) + 1)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1)
@@ -96,7 +109,7 @@ class Profile:
                        optimizer_state_per_param_byte=d.get("optimizer_state_per_param_byte", 2.0),
                        meta=d.get("meta", {}), step_factor=d.get("step_factor", 1.0),
                        optimizer_s_per_byte=d.get("optimizer_s_per_byte", 0.0), runtime=d.get("runtime"),
-                       meeting_factor=d.get("meeting_factor", 1.0))
+                       meeting_factor=d.get("meeting_factor", 1.0), stage_factors=d.get("stage_factors"))
 
 
 @dataclass

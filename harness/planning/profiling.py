@@ -49,6 +49,9 @@ class Workload:
     train: object  # optimizer settings (harness.training.make_optimizer reads them)
     num_classes: int
     precision: str = "fp32"  # as the run trains (harness.training.with_precision)
+    # a pipeline of one stage per worker: each stage's layer range [first, last); measuring process r
+    # also times stage r's whole forward and backward while the others time theirs (the stage factors)
+    stages: list[tuple[int, int]] | None = None
 
 
 def _saved_bytes(fn) -> tuple[object, int]:
@@ -206,15 +209,18 @@ def measure_profile(work: Workload, device: torch.device, network: Network | Non
         # many processes at once, each with a worker's threads, and keep the slowest one's figures
         # (the slowest rank sets a run's step time)
         processes = min(work.workers, os.cpu_count() or 1)
+        if work.stages and len(work.stages) != processes:  # stage factors need a process per stage
+            work = replace(work, stages=None)
         side_by_side = worker_context().Barrier(processes) if processes > 1 else None
         with tempfile.TemporaryDirectory() as d:
             start_workers(_measure_worker, args=(work, device, side_by_side, d, whole), nprocs=processes)
             measured = [_load_measurement(os.path.join(d, f"{r}.json")) for r in range(processes)]
-        layers, pass_s, update_s, _ = max(measured, key=lambda m: m[1])
+        layers, pass_s, update_s, _, _ = max(measured, key=lambda m: m[1])
         meeting = meeting_factor([m[3] for m in measured])
+        stage_factors = _stage_factors(work, measured)
     else:
-        layers, pass_s, update_s, _ = _measure(work, device, whole=whole)
-        meeting = 1.0
+        layers, pass_s, update_s, _, _ = _measure(work, device, whole=whole)
+        meeting, stage_factors = 1.0, None
     calibrated = _calibrated(layers, whole)
     threads = work.threads if device.type == "cpu" else torch.get_num_threads()
     meta = {"model": getattr(work.model, "name", None), "threads": threads, "precision": work.precision, "torch": torch.__version__,
@@ -225,7 +231,18 @@ def measure_profile(work: Workload, device: torch.device, network: Network | Non
                                 "update timed on its own"}
     return Profile(layers, network, str(device), work.samples, meta=meta,
                    step_factor=pass_s / (sum(l.forward_s + l.backward_s for l in calibrated) * work.samples),
-                   optimizer_s_per_byte=update_s / sum(l.param_bytes for l in calibrated), meeting_factor=meeting)
+                   optimizer_s_per_byte=update_s / sum(l.param_bytes for l in calibrated), meeting_factor=meeting,
+                   stage_factors=stage_factors)
+
+
+def _stage_factors(work: Workload, measured: list) -> dict | None:
+    """Each stage's pass over the sum of its layers' isolated times, both from the process that
+    timed that stage; None unless every stage had a process of its own."""
+    if not work.stages or len(work.stages) != len(measured):
+        return None
+    factors = [stage_s / (sum(l.forward_s + l.backward_s for l in layers[lo:hi]) * work.samples)
+               for (lo, hi), (layers, *_, stage_s) in zip(work.stages, measured)]
+    return {"boundaries": [lo for lo, _ in work.stages[1:]], "factors": factors}
 
 
 # A whole pass of the model calibrates the layers' isolated times where it costs at most this
@@ -249,18 +266,20 @@ def _calibrated(layers: list, whole: bool) -> list:
     return layers if whole or len(layers) <= 4 else layers[:3] + layers[-1:]
 
 
-def _measure(work: Workload, device: torch.device, side_by_side=None, rounds: int = 3, whole: bool = True):
-    """Per-layer times and whole-pass times of the model (:func:`_calibrated`), in this process.
+def _measure(work: Workload, device: torch.device, side_by_side=None, rounds: int = 3, whole: bool = True,
+             stage: tuple[int, int] | None = None):
+    """Per-layer times and whole-pass times of the model (:func:`_calibrated`), in this process,
+    and with ``stage``, the whole forward and backward of that stage's layers.
 
-    The two are interleaved in rounds and each is the median over the rounds: a
+    They are interleaved in rounds and each is the median over the rounds: a
     shared machine's speed drifts over seconds, and measuring them together puts
-    the same drift in both, which keeps their ratio (the step factor) steady.
-    Workers measuring side by side start each round together."""
+    the same drift in all, which keeps their ratios (the step and stage factors) steady.
+    Workers measuring side by side start each round, and each round's stage passes, together."""
     if device.type == "cpu":
         torch.set_num_threads(work.threads)
     layers = with_precision([layer.to(device) for layer in build_layers(work.model, work.seed)], work.precision)
     sample = torch.randn(work.samples, 3, work.image_size, work.image_size, device=device)
-    layer_rounds, passes, updates = [], [], []
+    layer_rounds, passes, updates, stage_passes = [], [], [], []
     for _ in range(rounds):
         if side_by_side is not None:
             side_by_side.wait(timeout=600)
@@ -268,11 +287,56 @@ def _measure(work: Workload, device: torch.device, side_by_side=None, rounds: in
         pass_s, update_s = _whole_step_s(work, _calibrated(layers, whole), sample, repeats=6, budget_s=2.0)
         passes.append(pass_s)
         updates.append(update_s)
+        if stage is not None:
+            if side_by_side is not None:
+                side_by_side.wait(timeout=600)
+            stage_passes.append(_stage_pass_s(work, layers, stage, sample, repeats=6, budget_s=2.0))
     profiled = [replace(first, **{k: statistics.median(getattr(r[i], k) for r in layer_rounds)
                                   for k in ("forward_s", "backward_s", "backward_input_s", "backward_weight_s")})
                 for i, first in enumerate(layer_rounds[0])]
     lockstep = _lockstep_passes(work, _calibrated(layers, whole), sample, side_by_side) if side_by_side is not None else []
-    return profiled, statistics.median(passes), statistics.median(updates), lockstep
+    return (profiled, statistics.median(passes), statistics.median(updates), lockstep,
+            statistics.median(stage_passes) if stage_passes else None)
+
+
+def _stage_pass_s(work: Workload, layers, stage: tuple[int, int], sample: torch.Tensor, repeats: int,
+                  budget_s: float) -> float:
+    """Median time of the forward and backward of ``stage``'s layers as a pipeline runs them: the
+    input is the earlier layers' output, needing its gradient past the first stage; the last
+    stage ends in the loss, the others take a gradient from the next."""
+    lo, hi = stage
+    with torch.no_grad():
+        x = sample
+        for layer in layers[:lo]:
+            x = layer(x)
+    model = torch.nn.Sequential(*layers[lo:hi])
+    target = torch.randint(0, work.num_classes, (sample.shape[0],), device=sample.device)
+    timer = DeviceTimer(sample.device)
+    last = hi == len(layers)
+
+    def forward():
+        out = model(x.detach().requires_grad_(lo > 0))
+        return summed_loss(out, target, sample.shape[0]) if last else out
+
+    def backward(out):
+        out.backward() if last else out.backward(torch.ones_like(out))
+
+    in_flight = forward()
+    times, spent = [], 0.0
+    for r in range(repeats + 2):
+        if r > 4 and spent > budget_s:
+            break
+        t0 = timer.mark()
+        ahead = forward()  # 1F1B's steady state: the next forward, then the backward of the one before
+        backward(in_flight)
+        in_flight = ahead
+        elapsed = timer.elapsed(t0, timer.mark())
+        spent += elapsed
+        if r >= 2:  # the first two warm up
+            times.append(elapsed)
+    backward(in_flight)
+    model.zero_grad(set_to_none=True)
+    return statistics.median(times)
 
 
 def _lockstep_passes(work: Workload, layers, sample: torch.Tensor, side_by_side, passes: int = 10) -> list[float]:
@@ -304,16 +368,17 @@ def _measure_worker(rank: int, work: Workload, device, side_by_side, out_dir: st
     # as a run's workers compute: with the allocator keeping each block's size (for the memory
     # figures), which costs every allocation a little
     track_cpu_allocations()
-    layers, pass_s, update_s, lockstep = _measure(work, device, side_by_side, whole=whole)
+    stage = work.stages[rank] if work.stages and rank < len(work.stages) else None
+    layers, pass_s, update_s, lockstep, stage_s = _measure(work, device, side_by_side, whole=whole, stage=stage)
     with open(os.path.join(out_dir, f"{rank}.json"), "w") as f:
         json.dump({"layers": [asdict(l) for l in layers], "pass_s": pass_s, "update_s": update_s,
-                   "lockstep": lockstep}, f)
+                   "lockstep": lockstep, "stage_s": stage_s}, f)
 
 
 def _load_measurement(path: str):
     with open(path) as f:
         d = json.load(f)
-    return [LayerProfile(**l) for l in d["layers"]], d["pass_s"], d["update_s"], d["lockstep"]
+    return [LayerProfile(**l) for l in d["layers"]], d["pass_s"], d["update_s"], d["lockstep"], d["stage_s"]
 
 
 def _whole_step_s(work: Workload, layers, sample: torch.Tensor, repeats: int, budget_s: float) -> tuple[float, float]:

@@ -223,15 +223,16 @@ def predict(profile: Profile, cluster: Cluster, layout: SimLayout, world_size: i
                           "parts, which this profile does not time; profile again (python -m harness.profile)")
     ranks = _stage_ranks(replicas)
     # layer times measured in isolation, scaled to what a whole forward and backward measured on
-    # the same device took; the optimizer update is measured on its own (once per STEP)
-    scale = cluster.compute_scale / profile.step_factor
+    # the same device took (each stage's own pass where the profile timed this cut); the optimizer
+    # update is measured on its own (once per STEP)
+    factor = profile.stage_factors_for(boundaries)
     opt_s = profile.optimizer_s_per_byte / cluster.compute_scale
     # samples one replica of each stage computes per micro-batch
     share_of = [global_batch / micro_batches / replicas[lane_of[s]] for s in range(S)]
 
     def layer_sum(s: int, time) -> float:
         lo, hi = ranges[s]
-        return share_of[s] * sum(time(i) for i in range(lo, hi)) / scale
+        return share_of[s] * sum(time(i) for i in range(lo, hi)) * factor[s] / cluster.compute_scale
 
     def fwd(s: int) -> float:
         return layer_sum(s, lambda i: layers[i].forward_s)

@@ -79,6 +79,33 @@ def test_where_communication_uses_the_compute_cores_sends_and_all_reduce_take_co
     assert dp[True].iteration_s - dp[False].iteration_s == pytest.approx(min(all_reduce, backward), rel=1e-6)
 
 
+def test_each_stage_computes_at_its_own_measured_factor_where_the_profile_timed_that_cut():
+    profile = _uniform_profile(n_layers=4)
+    profile.step_factor = 1.5
+    profile.stage_factors = {"boundaries": [2], "factors": [2.0, 1.0]}
+    busy = {}
+    for cut in ([2], [1]):
+        pred = predict(profile, _free_network_cluster(), _async(cut), 2, global_batch=1)
+        busy[cut[0]] = [sum(e.end - e.start for e in pred.timeline.stage_events(s) if e.action.op in ("F", "B"))
+                        for s in (0, 1)]
+    per_layer = 1e-3 + 2e-3
+    n = 4 * 2 + 8  # the minibatches the asynchronous replay runs
+    # the measured cut: stage 0 at twice its isolated layers' time, stage 1 at once
+    assert busy[2] == pytest.approx([n * 2 * per_layer * 2.0, n * 2 * per_layer * 1.0], rel=1e-6)
+    # another cut: the profile's step factor for every stage
+    assert busy[1] == pytest.approx([n * 1 * per_layer * 1.5, n * 3 * per_layer * 1.5], rel=1e-6)
+
+
+def test_an_all_reduce_runs_at_the_clusters_bus_bandwidth_where_it_is_below_the_links():
+    link = Cluster(devices_per_node=2, intra_node_gbps=2.0, latency_us=0)
+    ring = replace(link, allreduce_gbps=0.5)
+    assert link.allreduce_s(1e9, [0, 1]) == pytest.approx(1e9 / 2e9)  # 2 (n-1)/n of the bytes at the link's rate
+    assert ring.allreduce_s(1e9, [0, 1]) == pytest.approx(1e9 / 0.5e9)
+    profiled = Cluster(devices_per_node=2)
+    profiled.use_network(Network(p2p_bytes_per_s=2e9, allreduce_bytes_per_s=0.8e9, latency_s=1e-5))
+    assert (profiled.intra_node_gbps, profiled.allreduce_gbps, profiled.latency_us) == pytest.approx((2.0, 0.8, 10.0))
+
+
 def test_the_optimizer_update_is_charged_once_per_step_from_the_profile():
     profile = _uniform_profile(n_layers=4)
     base = predict(profile, _free_network_cluster(), _dp(1), 1, global_batch=4).iteration_s
