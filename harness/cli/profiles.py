@@ -18,7 +18,7 @@ from harness.models import num_layers
 from harness.planning.planner import Network, Profile
 from harness.planning.profiling import Workload, measure_profile
 from harness.planning.roofline import GPU_MEMORY_BANDWIDTH, gpu, measured_fraction, roofline_profile
-from harness.planning.simulator import Cluster, RuntimeOverhead, fit_runtime_overhead, predict
+from harness.planning.simulator import ASYNC, Cluster, RuntimeOverhead, fit_runtime_overhead, predict
 from harness.run.calibrate import null_step_times
 from harness.runtime.partition import stage_ranges
 
@@ -28,8 +28,10 @@ def workload(spec: RunSpec) -> Workload:
     (the strategy's class says how many), with that worker's threads; for a pipeline cut into one
     stage per worker at given boundaries, each stage's own pass too."""
     boundaries = getattr(spec.strategy, "boundaries", None)
+    schedule = getattr(spec.strategy, "schedule", None)
     stages = None
-    if boundaries and len(boundaries) + 1 == spec.world_size:
+    # one stage per worker, run in 1F1B's steady state (AshPipe's too): what the stage factors time
+    if boundaries and len(boundaries) + 1 == spec.world_size and schedule in ("1f1b", ASYNC):
         stages = [tuple(r) for r in stage_ranges(list(boundaries), num_layers(spec.model))]
     return Workload(model=spec.model, seed=spec.seed, image_size=spec.data.image_size,
                     samples=spec.strategy_cls.samples_per_forward(spec), workers=spec.world_size,
@@ -136,6 +138,7 @@ def roofline_of(cfg: DictConfig, spec: RunSpec) -> Profile:
         device = gpu(sim.gpu, spec.train.precision, fraction, source)
     except ValueError as e:
         raise ConfigError(f"sim.gpu={sim.gpu}: {e}") from None
-    net = Network(cfg.cluster.intra_node_gbps * 1e9, cfg.cluster.intra_node_gbps * 1e9, cfg.cluster.latency_us * 1e-6)
+    net = Network(cfg.cluster.intra_node_gbps * 1e9, (cfg.cluster.allreduce_gbps or cfg.cluster.intra_node_gbps) * 1e9,
+                  cfg.cluster.latency_us * 1e-6)
     return roofline_profile(spec.model, spec.data.image_size, spec.strategy_cls.samples_per_forward(spec),
                             spec.train.precision, device, net)

@@ -143,7 +143,7 @@ class ClusterConfig:
     nodes: int = bounded(1, 1)
     compute_scale: float = bounded(1.0, 0, above=True)
     intra_node_gbps: float = bounded(2.8, 0, above=True)
-    # an all-reduce's bus bandwidth among a node's devices, where below the link's (None: the link's)
+    # an all-reduce's bus bandwidth among a node's devices, where it differs from the link's (None: the link's)
     allreduce_gbps: Optional[float] = bounded(None, 0, above=True)
     inter_node_gbps: float = bounded(2.8, 0, above=True)
     latency_us: float = bounded(60.0, 0)

@@ -6,7 +6,8 @@ backward and parameter bytes (identical blocks measured once), at the samples on
 computes per forward, with the threads one worker would have; the whole
 forward, loss and backward of the model (the step factor that scales isolated
 layer times to a real pass; a shortened model where a whole pass would take
-long) and the optimizer update, interleaved with the layer times; on a CPU, as many processes measuring side by side as a run
+long), each pipeline stage's steady-state pass where the cut is known (the
+stage factors) and the optimizer update, interleaved with the layer times; on a CPU, as many processes measuring side by side as a run
 has workers. Plus point-to-point and all-reduce bandwidth and latency between
 workers. Everything here takes plain values (:class:`Workload`), never a run
 config: the commands (``python -m harness.profile``, ``harness.plan``) and the
@@ -15,6 +16,7 @@ AshPipe strategy build them.
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import platform
@@ -202,7 +204,7 @@ def _network_worker(rank: int, out: str) -> None:
 def measure_profile(work: Workload, device: torch.device, network: Network | None = None) -> Profile:
     """The versioned profile of ``work`` on ``device`` (the network between two local workers unless given)."""
     network = network or measure_local_network()
-    whole = whole_pass(work)
+    whole = whole_pass(work, device)
     if device.type == "cpu":
         # measured in worker processes set up as a run's are (harness.metrics.track_cpu_allocations);
         # the workers of a run share the machine's cores and memory bandwidth: measure with as
@@ -210,17 +212,21 @@ def measure_profile(work: Workload, device: torch.device, network: Network | Non
         # (the slowest rank sets a run's step time)
         processes = min(work.workers, os.cpu_count() or 1)
         if work.stages and len(work.stages) != processes:  # stage factors need a process per stage
+            stages_note = f"not measured: {len(work.stages)} stages, {processes} measuring processes (cores)"
             work = replace(work, stages=None)
+        else:
+            stages_note = "each stage's steady-state pass (its forwards ahead as 1F1B runs them) / its kept " \
+                          "layers' isolated times; stages timed side by side" if work.stages else None
         side_by_side = worker_context().Barrier(processes) if processes > 1 else None
         with tempfile.TemporaryDirectory() as d:
             start_workers(_measure_worker, args=(work, device, side_by_side, d, whole), nprocs=processes)
             measured = [_load_measurement(os.path.join(d, f"{r}.json")) for r in range(processes)]
         layers, pass_s, update_s, _, _ = max(measured, key=lambda m: m[1])
         meeting = meeting_factor([m[3] for m in measured])
-        stage_factors = _stage_factors(work, measured)
+        stage_factors = _stage_factors(work, layers, [m[4] for m in measured])
     else:
         layers, pass_s, update_s, _, _ = _measure(work, device, whole=whole)
-        meeting, stage_factors = 1.0, None
+        meeting, stage_factors, stages_note = 1.0, None, None
     calibrated = _calibrated(layers, whole)
     threads = work.threads if device.type == "cpu" else torch.get_num_threads()
     meta = {"model": getattr(work.model, "name", None), "threads": threads, "precision": work.precision, "torch": torch.__version__,
@@ -229,31 +235,41 @@ def measure_profile(work: Workload, device: torch.device, network: Network | Non
             "step_factor_note": f"forward, loss and backward of {'the whole' if whole else 'a shortened'} model / "
                                 "the sum of its layers' isolated times, measured by the same process; optimizer "
                                 "update timed on its own"}
+    if stages_note:
+        meta["stage_factors_note"] = stages_note
     return Profile(layers, network, str(device), work.samples, meta=meta,
-                   step_factor=pass_s / (sum(l.forward_s + l.backward_s for l in calibrated) * work.samples),
+                   step_factor=pass_s / _isolated_s(calibrated, work.samples),
                    optimizer_s_per_byte=update_s / sum(l.param_bytes for l in calibrated), meeting_factor=meeting,
                    stage_factors=stage_factors)
 
 
-def _stage_factors(work: Workload, measured: list) -> dict | None:
-    """Each stage's pass over the sum of its layers' isolated times, both from the process that
-    timed that stage; None unless every stage had a process of its own."""
-    if not work.stages or len(work.stages) != len(measured):
+def _isolated_s(layers: list[LayerProfile], samples: int) -> float:
+    """The forward and backward of ``layers`` at ``samples`` samples, as their isolated times add up."""
+    return sum(l.forward_s + l.backward_s for l in layers) * samples
+
+
+def _stage_factors(work: Workload, layers: list[LayerProfile], stage_s: list[float | None]) -> dict | None:
+    """Each stage's measured pass (by the process that timed it) over the kept layers' isolated
+    times of that stage, so that a replay of the kept layers gives each stage the time its pass
+    took; None unless every stage had a process of its own."""
+    if not work.stages or len(work.stages) != len(stage_s) or None in stage_s:
         return None
-    factors = [stage_s / (sum(l.forward_s + l.backward_s for l in layers[lo:hi]) * work.samples)
-               for (lo, hi), (layers, *_, stage_s) in zip(work.stages, measured)]
+    factors = [t / _isolated_s(layers[lo:hi], work.samples) for (lo, hi), t in zip(work.stages, stage_s)]
     return {"boundaries": [lo for lo, _ in work.stages[1:]], "factors": factors}
 
 
-# A whole pass of the model calibrates the layers' isolated times where it costs at most this
-# many FLOPs (about a second of one CPU core here; vit_tiny at 32 samples is 7e10); beyond it,
-# a shortened model does (ViT-H/14 on a CPU would otherwise spend minutes on it).
+# On a CPU, a whole pass of the model calibrates the layers' isolated times where it costs at
+# most this many FLOPs (about a second of one core here; vit_tiny at 32 samples is 7e10); beyond
+# it, a shortened model does (ViT-H/14 would otherwise spend minutes on it). A GPU always runs it.
 WHOLE_PASS_FLOPS = 2e11
 
 
-def whole_pass(work: Workload) -> bool:
+def whole_pass(work: Workload, device: torch.device) -> bool:
     """Whether the step factor and the optimizer's cost come from the whole model (else a
-    shortened one): decided from FLOPs, so every measuring process decides alike."""
+    shortened one): decided from FLOPs, not from a timing, so that it does not flip between
+    profiles of the same workload."""
+    if device.type != "cpu":
+        return True
     return sum(f + b for f, b in layer_flops(work.model, work.samples, work.image_size)) <= WHOLE_PASS_FLOPS
 
 
@@ -266,10 +282,10 @@ def _calibrated(layers: list, whole: bool) -> list:
     return layers if whole or len(layers) <= 4 else layers[:3] + layers[-1:]
 
 
-def _measure(work: Workload, device: torch.device, side_by_side=None, rounds: int = 3, whole: bool = True,
-             stage: tuple[int, int] | None = None):
+def _measure(work: Workload, device: torch.device, side_by_side=None, rounds: int = 3, *, whole: bool,
+             stage: int | None = None):
     """Per-layer times and whole-pass times of the model (:func:`_calibrated`), in this process,
-    and with ``stage``, the whole forward and backward of that stage's layers.
+    and with ``stage``, the steady-state pass of stage ``work.stages[stage]``.
 
     They are interleaved in rounds and each is the median over the rounds: a
     shared machine's speed drifts over seconds, and measuring them together puts
@@ -280,6 +296,11 @@ def _measure(work: Workload, device: torch.device, side_by_side=None, rounds: in
     layers = with_precision([layer.to(device) for layer in build_layers(work.model, work.seed)], work.precision)
     sample = torch.randn(work.samples, 3, work.image_size, work.image_size, device=device)
     layer_rounds, passes, updates, stage_passes = [], [], [], []
+    if stage is not None:  # what the stage receives: the earlier layers' output
+        with torch.no_grad():
+            stage_input = sample
+            for layer in layers[:work.stages[stage][0]]:
+                stage_input = layer(stage_input)
     for _ in range(rounds):
         if side_by_side is not None:
             side_by_side.wait(timeout=600)
@@ -290,7 +311,7 @@ def _measure(work: Workload, device: torch.device, side_by_side=None, rounds: in
         if stage is not None:
             if side_by_side is not None:
                 side_by_side.wait(timeout=600)
-            stage_passes.append(_stage_pass_s(work, layers, stage, sample, repeats=6, budget_s=2.0))
+            stage_passes.append(_stage_pass_s(work, layers, stage, stage_input, repeats=6, budget_s=2.0))
     profiled = [replace(first, **{k: statistics.median(getattr(r[i], k) for r in layer_rounds)
                                   for k in ("forward_s", "backward_s", "backward_input_s", "backward_weight_s")})
                 for i, first in enumerate(layer_rounds[0])]
@@ -299,42 +320,43 @@ def _measure(work: Workload, device: torch.device, side_by_side=None, rounds: in
             statistics.median(stage_passes) if stage_passes else None)
 
 
-def _stage_pass_s(work: Workload, layers, stage: tuple[int, int], sample: torch.Tensor, repeats: int,
-                  budget_s: float) -> float:
-    """Median time of the forward and backward of ``stage``'s layers as a pipeline runs them: the
-    input is the earlier layers' output, needing its gradient past the first stage; the last
-    stage ends in the loss, the others take a gradient from the next."""
-    lo, hi = stage
-    with torch.no_grad():
-        x = sample
-        for layer in layers[:lo]:
-            x = layer(x)
+def _stage_pass_s(work: Workload, layers, stage: int, x: torch.Tensor, repeats: int, budget_s: float) -> float:
+    """Median time of one forward and one backward of stage ``stage`` (of ``work.stages``) as the
+    steady state of 1F1B (and of AshPipe) runs it: stage s keeps S-1-s forwards ahead of its
+    backwards, so each backward reads activations saved that many forwards ago (pushed out of the
+    cache since), and the last stage, whose backward follows its own forward, has transfers and
+    its optimizer's update between one micro-batch and the next: it is timed one forward ahead
+    too (timed back to back, vit_micro's last stage at 64 samples came out 10% below its run's
+    time, one forward ahead 2% below). ``x`` is the stage's input, needing its gradient past the
+    first stage; the last stage ends in the loss, the others take a gradient from the next."""
+    lo, hi = work.stages[stage]
+    ahead = max(1, len(work.stages) - 1 - stage)
     model = torch.nn.Sequential(*layers[lo:hi])
-    target = torch.randint(0, work.num_classes, (sample.shape[0],), device=sample.device)
-    timer = DeviceTimer(sample.device)
+    target = torch.randint(0, work.num_classes, (x.shape[0],), device=x.device)
+    timer = DeviceTimer(x.device)
     last = hi == len(layers)
 
     def forward():
         out = model(x.detach().requires_grad_(lo > 0))
-        return summed_loss(out, target, sample.shape[0]) if last else out
+        return summed_loss(out, target, x.shape[0]) if last else out
 
     def backward(out):
         out.backward() if last else out.backward(torch.ones_like(out))
 
-    in_flight = forward()
+    in_flight = collections.deque(forward() for _ in range(ahead))
     times, spent = [], 0.0
     for r in range(repeats + 2):
         if r > 4 and spent > budget_s:
             break
         t0 = timer.mark()
-        ahead = forward()  # 1F1B's steady state: the next forward, then the backward of the one before
-        backward(in_flight)
-        in_flight = ahead
+        in_flight.append(forward())
+        backward(in_flight.popleft())
         elapsed = timer.elapsed(t0, timer.mark())
         spent += elapsed
         if r >= 2:  # the first two warm up
             times.append(elapsed)
-    backward(in_flight)
+    for out in in_flight:
+        backward(out)
     model.zero_grad(set_to_none=True)
     return statistics.median(times)
 
@@ -368,7 +390,8 @@ def _measure_worker(rank: int, work: Workload, device, side_by_side, out_dir: st
     # as a run's workers compute: with the allocator keeping each block's size (for the memory
     # figures), which costs every allocation a little
     track_cpu_allocations()
-    stage = work.stages[rank] if work.stages and rank < len(work.stages) else None
+    # measure_profile gives every measuring process a stage or none (the stage passes start together)
+    stage = rank if work.stages else None
     layers, pass_s, update_s, lockstep, stage_s = _measure(work, device, side_by_side, whole=whole, stage=stage)
     with open(os.path.join(out_dir, f"{rank}.json"), "w") as f:
         json.dump({"layers": [asdict(l) for l in layers], "pass_s": pass_s, "update_s": update_s,

@@ -65,7 +65,7 @@ class Cluster:
     # compute speed relative to the device the profile was measured on
     compute_scale: float = 1.0
     intra_node_gbps: float = 100.0  # GB/s between devices of a node (NVLink ~ 150+, PCIe ~ 16)
-    # bus bandwidth (GB/s) of an all-reduce among a node's devices where it is below the link's:
+    # bus bandwidth (GB/s) of an all-reduce among a node's devices, where it differs from the link's:
     # gloo's ring reduces on the CPU, at about 40% of its point-to-point rate here (None: the link's)
     allreduce_gbps: float | None = None
     inter_node_gbps: float = 12.5  # GB/s between nodes (100 Gb/s ~ 12.5)
@@ -223,9 +223,11 @@ def predict(profile: Profile, cluster: Cluster, layout: SimLayout, world_size: i
                           "parts, which this profile does not time; profile again (python -m harness.profile)")
     ranks = _stage_ranks(replicas)
     # layer times measured in isolation, scaled to what a whole forward and backward measured on
-    # the same device took (each stage's own pass where the profile timed this cut); the optimizer
-    # update is measured on its own (once per STEP)
-    factor = profile.stage_factors_for(boundaries)
+    # the same device took, or each stage's own steady-state pass where the profile timed this cut
+    # of one stage per rank (as 1F1B and AshPipe run it); the optimizer update is measured on its
+    # own (once per STEP)
+    one_f_one_b = v == 1 and set(replicas) == {1} and layout.schedule in ("1f1b", ASYNC)
+    factor = profile.stage_factors_for(boundaries) if one_f_one_b else [profile.step_factor] * S
     opt_s = profile.optimizer_s_per_byte / cluster.compute_scale
     # samples one replica of each stage computes per micro-batch
     share_of = [global_batch / micro_batches / replicas[lane_of[s]] for s in range(S)]

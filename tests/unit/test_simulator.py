@@ -96,7 +96,41 @@ def test_each_stage_computes_at_its_own_measured_factor_where_the_profile_timed_
     assert busy[1] == pytest.approx([n * 1 * per_layer * 1.5, n * 3 * per_layer * 1.5], rel=1e-6)
 
 
-def test_an_all_reduce_runs_at_the_clusters_bus_bandwidth_where_it_is_below_the_links():
+def test_stage_factors_apply_only_to_one_stage_per_rank_in_1f1b_and_survive_the_profile_file():
+    profile = _uniform_profile(n_layers=4)
+    profile.stage_factors = {"boundaries": [2], "factors": [2.0, 1.0]}
+    profile = Profile.from_json(profile.to_json())
+    assert profile.stage_factors == {"boundaries": [2], "factors": [2.0, 1.0]}
+    one_f_one_b = predict(profile, _free_network_cluster(), replace(_sync(2, 2), boundaries=[2]), 2, 2)
+    fill_drain = predict(profile, _free_network_cluster(), replace(_sync(2, 2), boundaries=[2], schedule="gpipe"), 2, 2)
+    stage0 = {k: sum(e.end - e.start for e in p.timeline.stage_events(0) if e.action.op == "F")
+              for k, p in (("1f1b", one_f_one_b), ("gpipe", fill_drain))}
+    # two micro-batches of one sample through two layers of 1 ms forward
+    assert stage0 == pytest.approx({"1f1b": 2 * 2e-3 * 2.0, "gpipe": 2 * 2e-3 * 1.0})  # gpipe: the step factor
+
+
+def test_a_stage_factor_makes_the_kept_layers_replay_the_stage_pass_its_process_timed():
+    from harness.planning.profiling import _stage_factors
+    from harness.cli.profiles import workload
+    work = workload(make_spec("strategy=hippie", "world_size=2", "strategy.boundaries=[3]"))
+    kept = _uniform_profile(n_layers=6).layers  # 3 ms a sample through each layer, forward and backward
+    factors = _stage_factors(work, kept, [0.018 * work.samples, 0.009 * work.samples])
+    assert factors == {"boundaries": [3], "factors": pytest.approx([2.0, 1.0])}
+    assert _stage_factors(work, kept, [0.018, None]) is None  # a stage nobody timed
+
+
+def test_workloads_time_stages_only_for_one_stage_per_worker_in_1f1b():
+    from harness.cli.profiles import workload
+    cut = ["strategy.boundaries=[3]"]
+    assert workload(make_spec("strategy=hippie", "world_size=2", *cut)).stages == [(0, 3), (3, 6)]
+    assert workload(make_spec("strategy=ashpipe", "world_size=2", "strategy.replicas=[1,1]", *cut)).stages == \
+        [(0, 3), (3, 6)]
+    assert workload(make_spec("strategy=hippie", "world_size=2", "strategy.schedule=gpipe", *cut)).stages is None
+    assert workload(make_spec("strategy=hippie", "world_size=2")).stages is None  # cut by the planner
+    assert workload(make_spec("strategy=dp", "world_size=2")).stages is None
+
+
+def test_an_all_reduce_runs_at_the_clusters_bus_bandwidth_where_it_differs_from_the_links():
     link = Cluster(devices_per_node=2, intra_node_gbps=2.0, latency_us=0)
     ring = replace(link, allreduce_gbps=0.5)
     assert link.allreduce_s(1e9, [0, 1]) == pytest.approx(1e9 / 2e9)  # 2 (n-1)/n of the bytes at the link's rate
