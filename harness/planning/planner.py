@@ -82,10 +82,10 @@ class Profile:
     # workers measuring side by side, started together pass after pass: the slowest one's time over
     # one's (harness.planning.profiling.meeting_factor); 1 for one worker
     meeting_factor: float = 1.0
-    # a pipeline of one stage per worker, each stage's whole forward and backward timed by its own
-    # process while the others time theirs (harness.planning.profiling): {"boundaries": first layer
-    # of stages 1..S-1, "factors": per stage, its pass over the sum of its layers' isolated times};
-    # None: not measured (the step factor applies to every stage)
+    # a pipeline of one stage per worker, each stage's steady-state pass (as 1F1B runs it) timed by
+    # its own process while the others time theirs (harness.planning.profiling): {"boundaries": first
+    # layer of stages 1..S-1, "factors": per stage, its pass over the sum of its layers' isolated
+    # times}; None: not measured (the step factor applies to every stage)
     stage_factors: dict | None = None
 
     def stage_factors_for(self, boundaries: list[int]) -> list[float]:

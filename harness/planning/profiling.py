@@ -7,8 +7,8 @@ computes per forward, with the threads one worker would have; the whole
 forward, loss and backward of the model (the step factor that scales isolated
 layer times to a real pass; a shortened model where a whole pass would take
 long), each pipeline stage's steady-state pass where the cut is known (the
-stage factors) and the optimizer update, interleaved with the layer times; on a CPU, as many processes measuring side by side as a run
-has workers. Plus point-to-point and all-reduce bandwidth and latency between
+stage factors) and the optimizer update, interleaved with the layer times; on
+a CPU, as many processes measuring side by side as a run has workers. Plus point-to-point and all-reduce bandwidth and latency between
 workers. Everything here takes plain values (:class:`Workload`), never a run
 config: the commands (``python -m harness.profile``, ``harness.plan``) and the
 AshPipe strategy build them.
@@ -52,7 +52,7 @@ class Workload:
     num_classes: int
     precision: str = "fp32"  # as the run trains (harness.training.with_precision)
     # a pipeline of one stage per worker: each stage's layer range [first, last); measuring process r
-    # also times stage r's whole forward and backward while the others time theirs (the stage factors)
+    # also times stage r's steady-state pass while the others time theirs (the stage factors)
     stages: list[tuple[int, int]] | None = None
 
 
