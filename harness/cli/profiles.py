@@ -15,7 +15,7 @@ from harness.config.spec import RunSpec
 from harness.errors import ConfigError
 from harness.host import threads_per_process
 from harness.models import num_layers
-from harness.planning.planner import Network, Profile
+from harness.planning.planner import Profile
 from harness.planning.profiling import Workload, measure_profile
 from harness.planning.roofline import GPU_MEMORY_BANDWIDTH, gpu, measured_fraction, roofline_profile
 from harness.planning.simulator import ASYNC, Cluster, RuntimeOverhead, fit_runtime_overhead, predict
@@ -110,10 +110,14 @@ def default_path(spec: RunSpec) -> str:
 def cluster_of(cfg: DictConfig, profile: Profile) -> Cluster:
     """The simulator's Cluster from the ``cluster`` config node (which mirrors it, plus
     ``use_profile_network``: simulate the profiled machine's own network)."""
-    cluster = Cluster(**{f.name: cfg.cluster[f.name] for f in dataclasses.fields(Cluster)})
+    cluster = _configured(cfg)
     if cfg.cluster.use_profile_network:
         cluster.use_network(profile.network)
     return cluster
+
+
+def _configured(cfg: DictConfig) -> Cluster:
+    return Cluster(**{f.name: cfg.cluster[f.name] for f in dataclasses.fields(Cluster)})
 
 
 def roofline_of(cfg: DictConfig, spec: RunSpec) -> Profile:
@@ -138,7 +142,5 @@ def roofline_of(cfg: DictConfig, spec: RunSpec) -> Profile:
         device = gpu(sim.gpu, spec.train.precision, fraction, source)
     except ValueError as e:
         raise ConfigError(f"sim.gpu={sim.gpu}: {e}") from None
-    net = Network(cfg.cluster.intra_node_gbps * 1e9, (cfg.cluster.allreduce_gbps or cfg.cluster.intra_node_gbps) * 1e9,
-                  cfg.cluster.latency_us * 1e-6)
     return roofline_profile(spec.model, spec.data.image_size, spec.strategy_cls.samples_per_forward(spec),
-                            spec.train.precision, device, net)
+                            spec.train.precision, device, _configured(cfg).network())

@@ -88,13 +88,11 @@ class Profile:
     # times}; None: not measured (the step factor applies to every stage)
     stage_factors: dict | None = None
 
-    def stage_factors_for(self, boundaries: list[int]) -> list[float]:
-        """The factor that scales each stage's isolated layer times to its pass, for a pipeline cut
-        at ``boundaries``: the measured ones where the profile timed that cut, else the step factor."""
+    def stage_factors_for(self, boundaries: list[int]) -> list[float] | None:
+        """The measured factor that scales each stage's isolated layer times to its pass, for a
+        pipeline cut at ``boundaries``; None where the profile did not time that cut."""
         sf = self.stage_factors
-        if sf and list(sf["boundaries"]) == list(boundaries):
-            return list(sf["factors"])
-        return [self.step_factor] * (len(boundaries) + 1)
+        return list(sf["factors"]) if sf and list(sf["boundaries"]) == list(boundaries) else None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1)

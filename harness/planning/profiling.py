@@ -211,12 +211,10 @@ def measure_profile(work: Workload, device: torch.device, network: Network | Non
         # many processes at once, each with a worker's threads, and keep the slowest one's figures
         # (the slowest rank sets a run's step time)
         processes = min(work.workers, os.cpu_count() or 1)
+        stages_note = None
         if work.stages and len(work.stages) != processes:  # stage factors need a process per stage
             stages_note = f"not measured: {len(work.stages)} stages, {processes} measuring processes (cores)"
             work = replace(work, stages=None)
-        else:
-            stages_note = "each stage's steady-state pass (its forwards ahead as 1F1B runs them) / its kept " \
-                          "layers' isolated times; stages timed side by side" if work.stages else None
         side_by_side = worker_context().Barrier(processes) if processes > 1 else None
         with tempfile.TemporaryDirectory() as d:
             start_workers(_measure_worker, args=(work, device, side_by_side, d, whole), nprocs=processes)
@@ -235,6 +233,9 @@ def measure_profile(work: Workload, device: torch.device, network: Network | Non
             "step_factor_note": f"forward, loss and backward of {'the whole' if whole else 'a shortened'} model / "
                                 "the sum of its layers' isolated times, measured by the same process; optimizer "
                                 "update timed on its own"}
+    if stage_factors:
+        stages_note = "each stage's steady-state pass (its forwards ahead as 1F1B runs them) / its kept layers' " \
+                      "isolated times; stages timed side by side"
     if stages_note:
         meta["stage_factors_note"] = stages_note
     return Profile(layers, network, str(device), work.samples, meta=meta,

@@ -83,11 +83,20 @@ class Cluster:
     def devices(self) -> int:
         return self.devices_per_node * self.nodes
 
+    @property
+    def bus_gbps(self) -> float:
+        """An all-reduce's bus bandwidth among a node's devices."""
+        return self.allreduce_gbps or self.intra_node_gbps
+
     def use_network(self, network: Network) -> None:
         """Links, latency and all-reduce as measured between the profiled host's workers."""
         self.intra_node_gbps = self.inter_node_gbps = network.p2p_bytes_per_s / 1e9
         self.latency_us = self.inter_latency_us = network.latency_s * 1e6
         self.allreduce_gbps = network.allreduce_bytes_per_s / 1e9
+
+    def network(self) -> Network:
+        """The network between a node's devices, as a profile records one (the inverse of use_network)."""
+        return Network(self.intra_node_gbps * 1e9, self.bus_gbps * 1e9, self.latency_us * 1e-6)
 
     def link(self, rank_a: int, rank_b: int) -> tuple[float, float]:
         """(bytes/s, latency s) between two ranks."""
@@ -107,8 +116,7 @@ class Cluster:
         g, k = max(per_node.values()), len(per_node)
         t = 0.0
         if g > 1:
-            bus = self.allreduce_gbps or self.intra_node_gbps
-            t += 2 * (g - 1) / g * nbytes / (bus * 1e9) + 2 * (g - 1) * self.latency_us * 1e-6
+            t += 2 * (g - 1) / g * nbytes / (self.bus_gbps * 1e9) + 2 * (g - 1) * self.latency_us * 1e-6
         if k > 1:
             t += 2 * (k - 1) / k * nbytes / (self.inter_node_gbps * 1e9) + 2 * (k - 1) * self.inter_latency_us * 1e-6
         return t
@@ -227,7 +235,7 @@ def predict(profile: Profile, cluster: Cluster, layout: SimLayout, world_size: i
     # of one stage per rank (as 1F1B and AshPipe run it); the optimizer update is measured on its
     # own (once per STEP)
     one_f_one_b = v == 1 and set(replicas) == {1} and layout.schedule in ("1f1b", ASYNC)
-    factor = profile.stage_factors_for(boundaries) if one_f_one_b else [profile.step_factor] * S
+    factor = (one_f_one_b and profile.stage_factors_for(boundaries)) or [profile.step_factor] * S
     opt_s = profile.optimizer_s_per_byte / cluster.compute_scale
     # samples one replica of each stage computes per micro-batch
     share_of = [global_batch / micro_batches / replicas[lane_of[s]] for s in range(S)]

@@ -219,9 +219,7 @@ class AshPipeStrategy(Strategy):
             return simulated_pipeline(spec, profile, list(st.replicas), ASYNC, hides_allreduce=False,
                                       recompute_rule=st.recompute, stashes_weights=True, micro_batches=1)
         # the planner sees the cluster's devices and network, as it would in a job there
-        net = Network(cluster.intra_node_gbps * 1e9, (cluster.allreduce_gbps or cluster.intra_node_gbps) * 1e9,
-                      cluster.latency_us * 1e-6)
-        chosen = plan(scaled_profile(profile, cluster, net), spec.world_size, spec.train.global_batch,
+        chosen = plan(scaled_profile(profile, cluster, cluster.network()), spec.world_size, spec.train.global_batch,
                       cluster.memory_gib * 2**30)
         return SimLayout(st.name, chosen.replicas, chosen.boundaries, 1, ASYNC, set(chosen.recompute_layers),
                          hides_allreduce=False, stashes_weights=True)
