@@ -16,15 +16,17 @@ the project's ``.cache/torch_extensions``.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
 
 from harness.errors import ConfigError
 from harness.metrics import optimizer_state_tensors
+from harness.runtime import schedule as sch
 from harness.strategies.base import PipelineKeys, Strategy, summed_eval
 from harness.strategies.layout import (Partition, check_layout, micro_batch_samples, resolve_boundaries, simulated_pipeline,
                                        uniform_replicas)
@@ -40,6 +42,33 @@ def prepare_environment(device: str) -> None:
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
     if os.path.isfile(os.path.join(_CHECKOUT, "pyproject.toml")):
         os.environ.setdefault("TORCH_EXTENSIONS_DIR", os.path.join(_CHECKOUT, ".cache", "torch_extensions"))
+
+
+@functools.lru_cache(maxsize=64)
+def train_schedule(stages: int, micro_batches: int) -> tuple[tuple[sch.Action, ...], ...]:
+    """Per stage, the actions DeepSpeed's pipeline engine issues in one ``train_batch``: its own
+    ``TrainSchedule``'s instructions, translated one for one. Its order is not our 1F1B's: a
+    stage sends a forward's output only at its next backward step, after receiving that
+    backward's gradient, and each transfer is a blocking send met by a blocking receive, so
+    neighbours exchange in lockstep (replayed with ``rendezvous``). Instructions name buffers,
+    not micro-batches; every kind runs its micro-batches in order, so the k-th of a kind is
+    micro-batch k. The gradient reduction and the step become the final STEP."""
+    prepare_environment("cuda" if torch.cuda.is_available() else "cpu")
+    from deepspeed.runtime.pipe import schedule as ds
+
+    kinds = {ds.ForwardPass: sch.FWD, ds.BackwardPass: sch.BWD, ds.SendActivation: sch.SEND_F,
+             ds.RecvActivation: sch.RECV_F, ds.SendGrad: sch.SEND_B, ds.RecvGrad: sch.RECV_B}
+    out = []
+    for stage in range(stages):
+        seen = dict.fromkeys(kinds.values(), 0)
+        acts = []
+        for instruction in (i for cmds in ds.TrainSchedule(micro_batches, stages, stage).steps() for i in cmds):
+            op = kinds.get(type(instruction))
+            if op is not None:
+                acts.append(sch.Action(op, seen[op]))
+                seen[op] += 1
+        out.append(tuple(acts) + (sch.Action(sch.STEP),))
+    return tuple(out)
 
 
 @dataclass
@@ -83,8 +112,18 @@ class DeepSpeedPipeStrategy(Strategy):
     @classmethod
     def simulated(cls, spec, profile, cluster):
         # the engine all-reduces after the last backward, not during it
-        return simulated_pipeline(spec, profile, uniform_replicas(spec), "1f1b", hides_allreduce=False,
-                                  recompute_rule=spec.strategy.recompute)
+        layout = simulated_pipeline(spec, profile, uniform_replicas(spec), "1f1b", hides_allreduce=False,
+                                    recompute_rule=spec.strategy.recompute)
+        stages = len(layout.replicas)
+        if stages < 2:
+            return layout
+        return replace(layout, lists=[list(a) for a in train_schedule(stages, layout.micro_batches)], rendezvous=True)
+
+    @classmethod
+    def replayed_schedule(cls, spec, stages):
+        if stages < 2:
+            return None
+        return [list(a) for a in train_schedule(stages, spec.train.micro_batches)], None
 
     def __init__(self, spec, layers, ctx, comm):
         super().__init__(spec, layers, ctx, comm)

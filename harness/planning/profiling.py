@@ -22,6 +22,7 @@ import os
 import platform
 import statistics
 import tempfile
+import time
 from dataclasses import asdict, dataclass, replace
 
 import torch
@@ -139,7 +140,14 @@ def _median(v: list[float]) -> float:
     return sorted(v)[len(v) // 2]
 
 
-def measure_network(comm, size_bytes: int = 8 * 2**20, repeats: int = 5) -> Network:
+def _busy(seconds: float) -> None:
+    """Keep this process's core busy (as computing) for ``seconds``."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def measure_network(comm, size_bytes: int = 8 * 2**20, repeats: int = 5, pings: int = 20) -> Network:
     """Point-to-point (rank 0 -> 1) and all-reduce bandwidth over the job's workers. Collective."""
     ctx = comm.ctx
     timer = DeviceTimer(ctx.device)  # on NCCL a wait only orders streams: time on the device
@@ -158,16 +166,22 @@ def measure_network(comm, size_bytes: int = 8 * 2**20, repeats: int = 5) -> Netw
             else:
                 comm.irecv(buf, peer).wait()
                 comm.isend(tiny, peer).wait()
-            t1 = timer.mark()
-            if ctx.rank == 0:
-                comm.isend(tiny, peer).wait()
-                comm.irecv(tiny, peer).wait()
-            else:
-                comm.irecv(tiny, peer).wait()
-                comm.isend(tiny, peer).wait()
-            t2 = timer.mark()
-            p2p.append(timer.elapsed(t0, t1))
-            lat.append(timer.elapsed(t1, t2) / 2)
+            p2p.append(timer.elapsed(t0, timer.mark()))
+            # latency: the median of many round trips of a tiny message, each sent as a pipeline
+            # sends, after work while its receiver waits asleep (back to back they come out about
+            # half as long); from 5 round trips, slow wake-ups, which come in bursts, set it in 7
+            # of 50 profiles here (0.6-1.5 ms where runs' sends took about 0.1)
+            for _ in range(pings):
+                if ctx.rank == 0:
+                    _busy(0.002)
+                t1 = timer.mark()
+                if ctx.rank == 0:
+                    comm.isend(tiny, peer).wait()
+                    comm.irecv(tiny, peer).wait()
+                else:
+                    comm.irecv(tiny, peer).wait()
+                    comm.isend(tiny, peer).wait()
+                lat.append(timer.elapsed(t1, timer.mark()) / 2)
         comm.barrier()
         t0 = timer.mark()
         comm.all_reduce(buf)

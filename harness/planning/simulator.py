@@ -55,6 +55,11 @@ class SimLayout:
     # stages each rank of a pipeline holds (torch pipelining's multi-stage schedules): ``replicas``
     # is then per rank position, ``boundaries`` cut ``stages_per_rank x len(replicas)`` stages
     stages_per_rank: int = 1
+    # the action lists the strategy's library issues, one per stage, where they differ from
+    # ``schedule``'s own (DeepSpeed's order of transfers); None: ``schedule``'s
+    lists: list[list[sch.Action]] | None = None
+    # transfers are blocking calls that meet their receive (harness.runtime.schedule.simulate)
+    rendezvous: bool = False
 
 
 @dataclass
@@ -217,7 +222,9 @@ def predict(profile: Profile, cluster: Cluster, layout: SimLayout, world_size: i
     if boundaries is None:
         boundaries = balanced_boundaries([l.forward_s + l.backward_s for l in layers], S) if S > 1 else []
     ranges = stage_ranges(boundaries, n_layers)
-    if layout.schedule in torch_schedules.MULTI:
+    if layout.lists is not None:
+        lists, lane_of = [list(acts) for acts in layout.lists], list(range(S))
+    elif layout.schedule in torch_schedules.MULTI:
         lists = [list(acts) for acts in torch_schedules.action_lists(layout.schedule, P, v, micro_batches)]
         lane_of = torch_schedules.placement(layout.schedule, P, v)
     elif layout.schedule == ASYNC:
@@ -312,7 +319,7 @@ def predict(profile: Profile, cluster: Cluster, layout: SimLayout, world_size: i
         window = slice(2 * S, n - S)
         iteration = max((v[window][-1] - v[window][0]) / (len(v[window]) - 1) for v in steps.values())
     else:
-        timeline = sch.simulate(lists, cost, cluster.comm_uses_compute, placement=lane_of)
+        timeline = sch.simulate(lists, cost, cluster.comm_uses_compute, placement=lane_of, rendezvous=layout.rendezvous)
         iteration = timeline.makespan
     span = timeline.makespan
     bubble = sum(timeline.idle_fraction(p) for p in range(P)) / P

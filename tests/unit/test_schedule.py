@@ -47,6 +47,29 @@ def test_the_simulator_detects_a_deadlock_and_an_unmatched_send():
         sch.simulate([[sch.Action(sch.FWD, 0), sch.Action(sch.SEND_F, 0)], [sch.Action(sch.FWD, 0)]])
 
 
+def test_a_rendezvous_send_waits_for_its_receive_and_holds_its_sender():
+    # stage 1 computes for 5 before it reaches its receive; the send costs 1
+    lists = [[sch.Action(sch.FWD, 0), sch.Action(sch.SEND_F, 0), sch.Action(sch.FWD, 1)],
+             [sch.Action(sch.BWD, 9), sch.Action(sch.RECV_F, 0), sch.Action(sch.FWD, 0)]]
+
+    def cost(stage, a):
+        return {sch.FWD: 1.0, sch.BWD: 5.0}.get(a.op, 1.0)
+
+    def send_and_next_forward(timeline):
+        ev = timeline.stage_events(0)
+        return ev[1].end, ev[2].start, timeline.stage_events(1)[2].start
+
+    # a posted send arrives at 2 whenever the receiver gets to it
+    assert send_and_next_forward(sch.simulate(lists, cost, blocking_sends=True)) == (2.0, 2.0, 5.0)
+    # a blocking send meets its receive at 5 and both go on at 6
+    assert send_and_next_forward(sch.simulate(lists, cost, rendezvous=True)) == (6.0, 6.0, 6.0)
+    # two stages sending to each other first never meet
+    crossed = [[sch.Action(sch.SEND_F, 0), sch.Action(sch.RECV_B, 0)], [sch.Action(sch.SEND_B, 0), sch.Action(sch.RECV_F, 0)]]
+    sch.simulate(crossed, cost)
+    with pytest.raises(sch.Deadlock, match="no stage can progress"):
+        sch.simulate(crossed, cost, rendezvous=True)
+
+
 @pytest.mark.parametrize("p,m", GRID)
 def test_1f1b_keeps_at_most_p_minus_s_micro_batches_in_flight(p, m):
     timeline = sch.simulate(sch.one_f_one_b(p, m))

@@ -178,6 +178,34 @@ def test_each_strategy_class_gives_the_simulator_its_own_layout(overrides, repli
     assert predict(profile, _free_network_cluster(), layout, spec.world_size, spec.train.global_batch).throughput > 0
 
 
+@pytest.mark.parametrize("p,m", [(2, 1), (2, 4), (3, 2), (4, 8), (5, 3)])
+def test_deepspeeds_own_schedule_runs_each_micro_batch_once_and_meets_every_blocking_transfer(p, m):
+    from baselines.deepspeed_pipe import train_schedule
+    from harness.runtime import schedule as sch
+
+    lists = [list(acts) for acts in train_schedule(p, m)]
+    for acts in lists:
+        assert [a.micro for a in acts if a.op == sch.FWD] == [a.micro for a in acts if a.op == sch.BWD] == list(range(m))
+        assert acts[-1] == sch.Action(sch.STEP)
+    sch.simulate(lists, rendezvous=True)  # raises Deadlock otherwise
+
+
+def test_deepspeed_is_replayed_in_its_own_order_with_transfers_that_meet():
+    """DeepSpeed sends a forward's output only after its next backward's gradient has arrived, in
+    blocking calls: with transfers that cost something its step is longer than 1F1B's on the same
+    costs, by the transfers it serializes; with free transfers it is the same."""
+    spec = make_spec("strategy=deepspeed", "world_size=2", "train.micro_batches=4", "strategy.boundaries=[3]")
+    profile = _uniform_profile(n_layers=6)
+    layout = spec.strategy_cls.simulated(spec, profile, _free_network_cluster())
+    assert layout.rendezvous and layout.lists is not None
+    ours = replace(layout, lists=None, rendezvous=False)
+    free = _free_network_cluster()
+    assert predict(profile, free, layout, 2, 4).iteration_s == pytest.approx(predict(profile, free, ours, 2, 4).iteration_s)
+    slow = Cluster(devices_per_node=8, intra_node_gbps=1e-3, latency_us=0, comm_uses_compute=True)  # 1 ms a sample
+    deepspeed, one_f_one_b = (predict(profile, slow, lay, 2, 4).iteration_s for lay in (layout, ours))
+    assert deepspeed > one_f_one_b + 1e-3
+
+
 def test_hippie_recomputation_rule_reaches_the_simulated_layout():
     spec = make_spec("strategy=hippie", "world_size=2", "strategy.recompute=auto", "strategy.boundaries=[3]")
     layout = spec.strategy_cls.simulated(spec, _uniform_profile(n_layers=6), _free_network_cluster())
