@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import collections
 import json
+import math
 import os
 import platform
 import statistics
@@ -297,7 +298,20 @@ def _calibrated(layers: list, whole: bool) -> list:
     return layers if whole or len(layers) <= 4 else layers[:3] + layers[-1:]
 
 
-def _measure(work: Workload, device: torch.device, side_by_side=None, rounds: int = 3, *, whole: bool,
+# A profile measures in rounds (each the layers, whole passes and stage passes): at least 3, more
+# for a light workload, up to about this many FLOPs of whole passes (12 at most). vit_micro's pass
+# at 8 samples (5e8 FLOPs) takes about 10 ms here: 3 rounds measured about half a second, and the
+# whole pass of four such profiles, a run between each, spread by 18% (11% from 8 rounds).
+ROUNDS_FLOPS, MAX_ROUNDS = 1e10, 12
+
+
+def measuring_rounds(work: Workload) -> int:
+    """Rounds of :func:`_measure` for ``work``, from its FLOPs (every measuring process must agree)."""
+    flops = sum(f + b for f, b in layer_flops(work.model, work.samples, work.image_size))
+    return int(min(MAX_ROUNDS, max(3, math.ceil(ROUNDS_FLOPS / max(flops, 1.0)))))
+
+
+def _measure(work: Workload, device: torch.device, side_by_side=None, rounds: int | None = None, *, whole: bool,
              stage: int | None = None):
     """Per-layer times and whole-pass times of the model (:func:`_calibrated`), in this process,
     and with ``stage``, the steady-state pass of stage ``work.stages[stage]``.
@@ -311,6 +325,7 @@ def _measure(work: Workload, device: torch.device, side_by_side=None, rounds: in
     layers = with_precision([layer.to(device) for layer in build_layers(work.model, work.seed)], work.precision)
     sample = torch.randn(work.samples, 3, work.image_size, work.image_size, device=device)
     layer_rounds, passes, updates, stage_passes = [], [], [], []
+    rounds = rounds or measuring_rounds(work)
     if stage is not None:  # what the stage receives: the earlier layers' output
         with torch.no_grad():
             stage_input = sample
