@@ -35,6 +35,8 @@ import functools
 import json
 from dataclasses import asdict, dataclass, field
 
+import numpy as np
+
 from harness.errors import ConfigError
 
 PROFILE_VERSION = 1
@@ -87,6 +89,16 @@ class Profile:
     # layer of stages 1..S-1, "factors": per stage, its pass over the sum of its layers' isolated
     # times}; None: not measured (the step factor applies to every stage)
     stage_factors: dict | None = None
+    # a CPU host's processes compute slower after sleeping in a wait: [seconds asleep, what a forward
+    # or a backward then adds], ascending (harness.planning.profiling._wake_s); None: not measured
+    wake: list | None = None
+
+    def wake_s(self, idle: float) -> float:
+        """What a forward or a backward adds after ``idle`` seconds of waiting: linear between the
+        measured sleeps (from none after no sleep), the longest's beyond it."""
+        if not self.wake or idle <= 0:
+            return 0.0
+        return float(np.interp(idle, [0.0, *(i for i, _ in self.wake)], [0.0, *(e for _, e in self.wake)]))
 
     def stage_factors_for(self, boundaries: list[int]) -> list[float] | None:
         """The measured factor that scales each stage's isolated layer times to its pass, for a
@@ -107,7 +119,8 @@ class Profile:
                        optimizer_state_per_param_byte=d.get("optimizer_state_per_param_byte", 2.0),
                        meta=d.get("meta", {}), step_factor=d.get("step_factor", 1.0),
                        optimizer_s_per_byte=d.get("optimizer_s_per_byte", 0.0), runtime=d.get("runtime"),
-                       meeting_factor=d.get("meeting_factor", 1.0), stage_factors=d.get("stage_factors"))
+                       meeting_factor=d.get("meeting_factor", 1.0), stage_factors=d.get("stage_factors"),
+                       wake=d.get("wake"))
 
 
 @dataclass

@@ -234,12 +234,14 @@ def measure_profile(work: Workload, device: torch.device, network: Network | Non
         with tempfile.TemporaryDirectory() as d:
             start_workers(_measure_worker, args=(work, device, side_by_side, d, whole), nprocs=processes)
             measured = [_load_measurement(os.path.join(d, f"{r}.json")) for r in range(processes)]
-        layers, pass_s, update_s, _, _ = max(measured, key=lambda m: m[1])
+        layers, pass_s, update_s, _, _, _ = max(measured, key=lambda m: m[1])
         meeting = meeting_factor([m[3] for m in measured])
         stage_factors = _stage_factors(work, layers, [m[4] for m in measured])
-    else:
-        layers, pass_s, update_s, _, _ = _measure(work, device, whole=whole)
-        meeting, stage_factors, stages_note = 1.0, None, None
+        # each process's own stage (or the whole model): a step's wake-ups fall on every stage
+        wake = [[idle, max(0.0, statistics.mean(m[5][i] for m in measured))] for i, idle in enumerate(WAKE_IDLE_S)]
+    else:  # a GPU's kernels queue behind the host's dispatch: no wake-up cost
+        layers, pass_s, update_s, _, _, _ = _measure(work, device, whole=whole)
+        meeting, stage_factors, stages_note, wake = 1.0, None, None, None
     calibrated = _calibrated(layers, whole)
     threads = work.threads if device.type == "cpu" else torch.get_num_threads()
     meta = {"model": getattr(work.model, "name", None), "threads": threads, "precision": work.precision, "torch": torch.__version__,
@@ -248,6 +250,9 @@ def measure_profile(work: Workload, device: torch.device, network: Network | Non
             "step_factor_note": f"forward, loss and backward of {'the whole' if whole else 'a shortened'} model / "
                                 "the sum of its layers' isolated times, measured by the same process; optimizer "
                                 "update timed on its own"}
+    if wake:
+        meta["wake_note"] = ("[seconds asleep, what a forward or backward then adds over one straight after work]: "
+                             "each measuring process's stage, else the whole model; their mean")
     if stage_factors:
         stages_note = "each stage's steady-state pass (its forwards ahead as 1F1B runs them) / its kept layers' " \
                       "isolated times; stages timed side by side"
@@ -256,7 +261,7 @@ def measure_profile(work: Workload, device: torch.device, network: Network | Non
     return Profile(layers, network, str(device), work.samples, meta=meta,
                    step_factor=pass_s / _isolated_s(calibrated, work.samples),
                    optimizer_s_per_byte=update_s / sum(l.param_bytes for l in calibrated), meeting_factor=meeting,
-                   stage_factors=stage_factors)
+                   stage_factors=stage_factors, wake=wake)
 
 
 def _isolated_s(layers: list[LayerProfile], samples: int) -> float:
@@ -324,13 +329,17 @@ def _measure(work: Workload, device: torch.device, side_by_side=None, rounds: in
         torch.set_num_threads(work.threads)
     layers = with_precision([layer.to(device) for layer in build_layers(work.model, work.seed)], work.precision)
     sample = torch.randn(work.samples, 3, work.image_size, work.image_size, device=device)
-    layer_rounds, passes, updates, stage_passes = [], [], [], []
+    layer_rounds, passes, updates, stage_passes, wakes = [], [], [], [], []
     rounds = rounds or measuring_rounds(work)
+    # the wake-up cost: of this process's stage where it has one, else of the model's whole pass
+    woken = (torch.nn.Sequential(*_calibrated(layers, whole)), sample, False, True)
     if stage is not None:  # what the stage receives: the earlier layers' output
+        lo, hi = work.stages[stage]
         with torch.no_grad():
             stage_input = sample
-            for layer in layers[:work.stages[stage][0]]:
+            for layer in layers[:lo]:
                 stage_input = layer(stage_input)
+        woken = (torch.nn.Sequential(*layers[lo:hi]), stage_input, lo > 0, hi == len(layers))
     for _ in range(rounds):
         if side_by_side is not None:
             side_by_side.wait(timeout=600)
@@ -342,12 +351,15 @@ def _measure(work: Workload, device: torch.device, side_by_side=None, rounds: in
             if side_by_side is not None:
                 side_by_side.wait(timeout=600)
             stage_passes.append(_stage_pass_s(work, layers, stage, stage_input, repeats=6, budget_s=2.0))
+        if device.type == "cpu":
+            wakes.append(_wake_s(work, *woken))
     profiled = [replace(first, **{k: statistics.median(getattr(r[i], k) for r in layer_rounds)
                                   for k in ("forward_s", "backward_s", "backward_input_s", "backward_weight_s")})
                 for i, first in enumerate(layer_rounds[0])]
     lockstep = _lockstep_passes(work, _calibrated(layers, whole), sample, side_by_side) if side_by_side is not None else []
     return (profiled, statistics.median(passes), statistics.median(updates), lockstep,
-            statistics.median(stage_passes) if stage_passes else None)
+            statistics.median(stage_passes) if stage_passes else None,
+            [statistics.median(w[i] for w in wakes) for i in range(len(WAKE_IDLE_S))] if wakes else None)
 
 
 def _stage_pass_s(work: Workload, layers, stage: int, x: torch.Tensor, repeats: int, budget_s: float) -> float:
@@ -362,17 +374,8 @@ def _stage_pass_s(work: Workload, layers, stage: int, x: torch.Tensor, repeats: 
     lo, hi = work.stages[stage]
     ahead = max(1, len(work.stages) - 1 - stage)
     model = torch.nn.Sequential(*layers[lo:hi])
-    target = torch.randint(0, work.num_classes, (x.shape[0],), device=x.device)
     timer = DeviceTimer(x.device)
-    last = hi == len(layers)
-
-    def forward():
-        out = model(x.detach().requires_grad_(lo > 0))
-        return summed_loss(out, target, x.shape[0]) if last else out
-
-    def backward(out):
-        out.backward() if last else out.backward(torch.ones_like(out))
-
+    forward, backward = _pass(work, model, x, needs_input_grad=lo > 0, last=hi == len(layers))
     in_flight = collections.deque(forward() for _ in range(ahead))
     times, spent = [], 0.0
     for r in range(repeats + 2):
@@ -389,6 +392,53 @@ def _stage_pass_s(work: Workload, layers, stage: int, x: torch.Tensor, repeats: 
         backward(out)
     model.zero_grad(set_to_none=True)
     return statistics.median(times)
+
+
+def _pass(work: Workload, model, x: torch.Tensor, needs_input_grad: bool, last: bool):
+    """(forward, backward) of ``model`` on ``x`` as a stage runs them: the last stage ends in the
+    loss, the others take a gradient from the next."""
+    target = torch.randint(0, work.num_classes, (x.shape[0],), device=x.device)
+
+    def forward():
+        out = model(x.detach().requires_grad_(needs_input_grad))
+        return summed_loss(out, target, x.shape[0]) if last else out
+
+    def backward(out):
+        out.backward() if last else out.backward(torch.ones_like(out))
+
+    return forward, backward
+
+
+# A process that waits asleep (for a receive) computes slower for a while once it wakes: caches and
+# the core were given to others. Side by side here, sleeping 2 ms before each forward and each backward
+# of a vit_micro stage made them 0.1-0.4 ms longer each (up to 10% at 8 samples, more while the host
+# was busy), 5 ms about twice as much, 0.2 ms little. Measured after these sleeps:
+WAKE_IDLE_S = (0.001, 0.004)
+
+
+def _wake_s(work: Workload, model, x: torch.Tensor, needs_input_grad: bool, last: bool, pairs: int = 4) -> list[float]:
+    """What a forward or a backward of ``model`` takes more right after its process slept each of
+    ``WAKE_IDLE_S``, than straight after other work: a forward and a backward back to back, and
+    each after a sleep, interleaved; half the difference of their medians, per sleep."""
+    forward, backward = _pass(work, model, x, needs_input_grad, last)
+    timer = DeviceTimer(x.device)
+    times: dict[float, list[float]] = {idle: [] for idle in (0.0, *WAKE_IDLE_S)}
+    backward(forward())  # warm
+    for idle, spent in times.items():
+        for _ in range(pairs):
+            if idle:
+                time.sleep(idle)
+            t0 = timer.mark()
+            out = forward()
+            t1 = timer.mark()
+            if idle:
+                time.sleep(idle)
+            t2 = timer.mark()
+            backward(out)
+            spent.append(timer.elapsed(t0, t1) + timer.elapsed(t2, timer.mark()))
+    model.zero_grad(set_to_none=True)
+    direct = statistics.median(times[0.0])
+    return [(statistics.median(times[idle]) - direct) / 2 for idle in WAKE_IDLE_S]
 
 
 def _lockstep_passes(work: Workload, layers, sample: torch.Tensor, side_by_side, passes: int = 10) -> list[float]:
@@ -422,16 +472,16 @@ def _measure_worker(rank: int, work: Workload, device, side_by_side, out_dir: st
     track_cpu_allocations()
     # measure_profile gives every measuring process a stage or none (the stage passes start together)
     stage = rank if work.stages else None
-    layers, pass_s, update_s, lockstep, stage_s = _measure(work, device, side_by_side, whole=whole, stage=stage)
+    layers, pass_s, update_s, lockstep, stage_s, wake_s = _measure(work, device, side_by_side, whole=whole, stage=stage)
     with open(os.path.join(out_dir, f"{rank}.json"), "w") as f:
         json.dump({"layers": [asdict(l) for l in layers], "pass_s": pass_s, "update_s": update_s,
-                   "lockstep": lockstep, "stage_s": stage_s}, f)
+                   "lockstep": lockstep, "stage_s": stage_s, "wake_s": wake_s}, f)
 
 
 def _load_measurement(path: str):
     with open(path) as f:
         d = json.load(f)
-    return [LayerProfile(**l) for l in d["layers"]], d["pass_s"], d["update_s"], d["lockstep"], d["stage_s"]
+    return [LayerProfile(**l) for l in d["layers"]], d["pass_s"], d["update_s"], d["lockstep"], d["stage_s"], d["wake_s"]
 
 
 def _whole_step_s(work: Workload, layers, sample: torch.Tensor, repeats: int, budget_s: float) -> tuple[float, float]:

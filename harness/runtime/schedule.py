@@ -206,7 +206,8 @@ _UNIT = {FWD: 1.0, BWD: 2.0, BWD_I: 1.0, BWD_W: 1.0}
 
 
 def simulate(schedules: list[list[Action]], cost: Callable[[int, Action], float] = unit_cost,
-             blocking_sends: bool = False, placement: list[int] | None = None, rendezvous: bool = False) -> Timeline:
+             blocking_sends: bool = False, placement: list[int] | None = None, rendezvous: bool = False,
+             wake: Callable[[float], float] | None = None) -> Timeline:
     """Replay per-stage action lists; raise Deadlock if they cannot all finish.
 
     Each stage runs its list in order. A send's cost is its transfer time: the
@@ -223,6 +224,10 @@ def simulate(schedules: list[list[Action]], cost: Callable[[int, Action], float]
     sender goes on only when the message has arrived. Measured with gloo: a
     blocking send of 64 KiB returns only when its receive is posted, however late.
 
+    ``wake(idle)`` is what a compute action adds when its list waited ``idle`` seconds (for a
+    receive, or for a blocking send's receiver) since its last compute: on a CPU host a process
+    that sleeps while it waits computes slower when it wakes (harness.planning.profiling).
+
     ``placement`` (stage -> list) is for lists of ranks that hold several stages: an action
     acts on its ``stage``, and a send goes to the next (or previous) stage wherever it lives.
     Adjacent stages on one rank pass tensors without a send, in list order.
@@ -233,6 +238,7 @@ def simulate(schedules: list[list[Action]], cost: Callable[[int, Action], float]
     clock = [0.0] * n
     arrived: dict[tuple[str, int, int], list[float]] = {}  # (kind, micro, dst stage) -> arrival times
     posted: dict[tuple[str, int, int], float] = {}  # rendezvous: receives reached, not yet sent to -> when
+    idle = [0.0] * n  # per list: time spent waiting since its last compute action
     timeline = Timeline()
     while any(pc[s] < len(schedules[s]) for s in range(n)):
         progressed = False
@@ -248,6 +254,7 @@ def simulate(schedules: list[list[Action]], cost: Callable[[int, Action], float]
                             posted.setdefault(key, start)
                         break  # blocked until the peer sends
                     start = max(start, arrived[key].pop(0))
+                    idle[s] += start - clock[s]
                     end = start
                 elif a.op in (SEND_F, SEND_B):
                     dst = here + 1 if a.op == SEND_F else here - 1
@@ -257,14 +264,18 @@ def simulate(schedules: list[list[Action]], cost: Callable[[int, Action], float]
                     if rendezvous:
                         if key not in posted:
                             break  # blocked until the receiver reaches its receive
-                        arrival = max(start, posted.pop(key)) + cost(s, a)
-                        end = arrival
+                        met = max(start, posted.pop(key))
+                        idle[s] += met - start
+                        arrival = end = met + cost(s, a)
                     else:
                         arrival = start + cost(s, a)
                         end = arrival if blocking_sends else start
                     arrived.setdefault(key, []).append(arrival)
                 else:
                     end = start + cost(s, a)
+                    if a.op in COMPUTE and wake is not None:
+                        end += wake(idle[s]) if idle[s] > 0 else 0.0
+                        idle[s] = 0.0
                 timeline.events.append(Event(s, a, start, end))
                 clock[s] = end
                 pc[s] += 1

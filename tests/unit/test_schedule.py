@@ -70,6 +70,27 @@ def test_a_rendezvous_send_waits_for_its_receive_and_holds_its_sender():
         sch.simulate(crossed, cost, rendezvous=True)
 
 
+def test_a_compute_action_after_a_wait_pays_the_wake_up_for_that_wait():
+    # stage 1 waits 3 for its receive (stage 0's forward), then computes; stage 0 never waits
+    lists = [[sch.Action(sch.FWD, 0), sch.Action(sch.SEND_F, 0), sch.Action(sch.FWD, 1)],
+             [sch.Action(sch.RECV_F, 0), sch.Action(sch.FWD, 0), sch.Action(sch.BWD, 0)]]
+
+    def cost(stage, a):
+        return {sch.FWD: 3.0, sch.BWD: 1.0}.get(a.op, 0.0)
+
+    waits = []
+
+    def wake(idle):
+        waits.append(idle)
+        return idle / 10
+
+    t = sch.simulate(lists, cost, wake=wake)
+    assert waits == [3.0]  # once, for the one wait; the backward right after pays nothing
+    assert [(e.start, e.end) for e in t.stage_events(1)] == [(3.0, 3.0), (3.0, 6.3), (6.3, 7.3)]
+    assert t.stage_events(0)[-1].end == 6.0
+    assert sch.simulate(lists, cost).makespan == 7.0
+
+
 @pytest.mark.parametrize("p,m", GRID)
 def test_1f1b_keeps_at_most_p_minus_s_micro_batches_in_flight(p, m):
     timeline = sch.simulate(sch.one_f_one_b(p, m))

@@ -110,6 +110,24 @@ def test_stage_factors_apply_only_to_one_stage_per_rank_in_1f1b_and_survive_the_
     assert stage0 == pytest.approx({"1f1b": 2 * 2e-3 * 2.0, "gpipe": 2 * 2e-3 * 1.5})  # gpipe: the step factor
 
 
+def test_the_measured_wake_up_lengthens_compute_after_waits_on_the_profiled_host_only():
+    profile = _uniform_profile(n_layers=4)
+    profile.wake = [[0.001, 1e-4], [0.004, 4e-4]]
+    profile = Profile.from_json(profile.to_json())
+    assert [profile.wake_s(i) for i in (0.0, 0.0005, 0.001, 0.0025, 0.004, 0.1)] == \
+        pytest.approx([0.0, 5e-5, 1e-4, 2.5e-4, 4e-4, 4e-4])
+    host = replace(_free_network_cluster(), host_overhead=True)
+    pipeline, dp = _sync(2, 4), _dp(2)
+    asleep = {name: predict(profile, cluster, layout, 2, 4).iteration_s
+              for name, cluster, layout in (("pipeline", host, pipeline), ("dp", host, dp))}
+    profile.wake = None
+    awake = {name: predict(profile, host, layout, 2, 4).iteration_s for name, layout in (("pipeline", pipeline), ("dp", dp))}
+    assert asleep["pipeline"] > awake["pipeline"] and asleep["dp"] == awake["dp"]  # data parallelism never waits
+    profile.wake = [[0.001, 1e-4], [0.004, 4e-4]]
+    elsewhere = predict(profile, _free_network_cluster(), pipeline, 2, 4).iteration_s
+    assert elsewhere == pytest.approx(awake["pipeline"])  # another cluster's devices: none
+
+
 def test_a_stage_factor_makes_the_kept_layers_replay_the_stage_pass_its_process_timed():
     from harness.planning.profiling import _stage_factors
     from harness.cli.profiles import workload
