@@ -418,8 +418,10 @@ WAKE_IDLE_S = (0.001, 0.004)
 
 def _wake_s(work: Workload, model, x: torch.Tensor, needs_input_grad: bool, last: bool, pairs: int = 4) -> list[float]:
     """What a forward or a backward of ``model`` takes more right after its process slept each of
-    ``WAKE_IDLE_S``, than straight after other work: a forward and a backward back to back, and
-    each after a sleep, interleaved; half the difference of their medians, per sleep."""
+    ``WAKE_IDLE_S``, than straight after other work: ``pairs`` of a forward and a backward back to
+    back, then as many with a sleep before each, for each sleep in turn (a process that sleeps
+    again and again, as a pipeline stage does, measured 2-3x the slowdown of a single sleep);
+    half the difference of their medians, per sleep."""
     forward, backward = _pass(work, model, x, needs_input_grad, last)
     timer = DeviceTimer(x.device)
     times: dict[float, list[float]] = {idle: [] for idle in (0.0, *WAKE_IDLE_S)}
