@@ -148,6 +148,16 @@ def _busy(seconds: float) -> None:
         pass
 
 
+def _round_trip(comm, message: torch.Tensor, reply: torch.Tensor) -> None:
+    """Rank 0 sends ``message`` to rank 1, which answers with ``reply``."""
+    if comm.ctx.rank == 0:
+        comm.isend(message, 1).wait()
+        comm.irecv(reply, 1).wait()
+    else:
+        comm.irecv(message, 0).wait()
+        comm.isend(reply, 0).wait()
+
+
 def measure_network(comm, size_bytes: int = 8 * 2**20, repeats: int = 5, pings: int = 20) -> Network:
     """Point-to-point (rank 0 -> 1) and all-reduce bandwidth over the job's workers. Collective."""
     ctx = comm.ctx
@@ -159,14 +169,8 @@ def measure_network(comm, size_bytes: int = 8 * 2**20, repeats: int = 5, pings: 
     for _ in range(repeats):
         comm.barrier()
         if ctx.world_size > 1 and ctx.rank in (0, 1):
-            peer = 1 - ctx.rank
             t0 = timer.mark()
-            if ctx.rank == 0:
-                comm.isend(buf, peer).wait()
-                comm.irecv(tiny, peer).wait()
-            else:
-                comm.irecv(buf, peer).wait()
-                comm.isend(tiny, peer).wait()
+            _round_trip(comm, buf, tiny)
             p2p.append(timer.elapsed(t0, timer.mark()))
             # latency: the median of many round trips of a tiny message, each sent as a pipeline
             # sends, after work while its receiver waits asleep (back to back they come out about
@@ -176,12 +180,7 @@ def measure_network(comm, size_bytes: int = 8 * 2**20, repeats: int = 5, pings: 
                 if ctx.rank == 0:
                     _busy(0.002)
                 t1 = timer.mark()
-                if ctx.rank == 0:
-                    comm.isend(tiny, peer).wait()
-                    comm.irecv(tiny, peer).wait()
-                else:
-                    comm.irecv(tiny, peer).wait()
-                    comm.isend(tiny, peer).wait()
+                _round_trip(comm, tiny, tiny)
                 lat.append(timer.elapsed(t1, timer.mark()) / 2)
         comm.barrier()
         t0 = timer.mark()
