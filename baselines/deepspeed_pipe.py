@@ -114,13 +114,12 @@ class DeepSpeedPipeStrategy(Strategy):
         # the engine all-reduces after the last backward, not during it
         layout = simulated_pipeline(spec, profile, uniform_replicas(spec), "1f1b", hides_allreduce=False,
                                     recompute_rule=spec.strategy.recompute)
-        stages = len(layout.replicas)
-        if stages < 2:
-            return layout
-        return replace(layout, lists=[list(a) for a in train_schedule(stages, layout.micro_batches)], rendezvous=True)
+        own = cls.replayed_schedule(spec, len(layout.replicas))
+        return replace(layout, lists=own[0], rendezvous=True) if own else layout
 
     @classmethod
     def replayed_schedule(cls, spec, stages):
+        """DeepSpeed's own lists (:func:`train_schedule`), for the bubble's replay and the simulator."""
         if stages < 2:
             return None
         return [list(a) for a in train_schedule(stages, spec.train.micro_batches)], None

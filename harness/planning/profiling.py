@@ -8,8 +8,10 @@ forward, loss and backward of the model (the step factor that scales isolated
 layer times to a real pass; a shortened model where a whole pass would take
 long), each pipeline stage's steady-state pass where the cut is known (the
 stage factors) and the optimizer update, interleaved with the layer times; on
-a CPU, as many processes measuring side by side as a run has workers. Plus point-to-point and all-reduce bandwidth and latency between
-workers. Everything here takes plain values (:class:`Workload`), never a run
+a CPU, as many processes measuring side by side as a run has workers, and what
+a forward or backward costs more right after its process slept (the wake-up).
+Plus point-to-point and all-reduce bandwidth and latency between workers.
+Everything here takes plain values (:class:`Workload`), never a run
 config: the commands (``python -m harness.profile``, ``harness.plan``) and the
 AshPipe strategy build them.
 """
@@ -56,6 +58,18 @@ class Workload:
     # a pipeline of one stage per worker: each stage's layer range [first, last); measuring process r
     # also times stage r's steady-state pass while the others time theirs (the stage factors)
     stages: list[tuple[int, int]] | None = None
+
+
+@dataclass
+class _Measurement:
+    """What one measuring process found (medians over its rounds)."""
+
+    layers: list[LayerProfile]
+    pass_s: float  # forward, loss and backward of the calibrated model
+    update_s: float  # its optimizer update
+    lockstep: list[float]  # passes started together with the other processes
+    stage_s: float | None  # its stage's steady-state pass (None: no stage)
+    wake_s: list[float] | None  # per WAKE_IDLE_S, the extra per forward or backward (None: not a CPU)
 
 
 def _saved_bytes(fn) -> tuple[object, int]:
@@ -233,14 +247,15 @@ def measure_profile(work: Workload, device: torch.device, network: Network | Non
         with tempfile.TemporaryDirectory() as d:
             start_workers(_measure_worker, args=(work, device, side_by_side, d, whole), nprocs=processes)
             measured = [_load_measurement(os.path.join(d, f"{r}.json")) for r in range(processes)]
-        layers, pass_s, update_s, _, _, _ = max(measured, key=lambda m: m[1])
-        meeting = meeting_factor([m[3] for m in measured])
-        stage_factors = _stage_factors(work, layers, [m[4] for m in measured])
+        slowest = max(measured, key=lambda m: m.pass_s)
+        meeting = meeting_factor([m.lockstep for m in measured])
+        stage_factors = _stage_factors(work, slowest.layers, [m.stage_s for m in measured])
         # each process's own stage (or the whole model): a step's wake-ups fall on every stage
-        wake = [[idle, max(0.0, statistics.mean(m[5][i] for m in measured))] for i, idle in enumerate(WAKE_IDLE_S)]
+        wake = [[idle, max(0.0, statistics.mean(m.wake_s[i] for m in measured))] for i, idle in enumerate(WAKE_IDLE_S)]
     else:  # a GPU's kernels queue behind the host's dispatch: no wake-up cost
-        layers, pass_s, update_s, _, _, _ = _measure(work, device, whole=whole)
+        slowest = _measure(work, device, whole=whole)
         meeting, stage_factors, stages_note, wake = 1.0, None, None, None
+    layers, pass_s, update_s = slowest.layers, slowest.pass_s, slowest.update_s
     calibrated = _calibrated(layers, whole)
     threads = work.threads if device.type == "cpu" else torch.get_num_threads()
     meta = {"model": getattr(work.model, "name", None), "threads": threads, "precision": work.precision, "torch": torch.__version__,
@@ -316,7 +331,7 @@ def measuring_rounds(work: Workload) -> int:
 
 
 def _measure(work: Workload, device: torch.device, side_by_side=None, rounds: int | None = None, *, whole: bool,
-             stage: int | None = None):
+             stage: int | None = None) -> _Measurement:
     """Per-layer times and whole-pass times of the model (:func:`_calibrated`), in this process,
     and with ``stage``, the steady-state pass of stage ``work.stages[stage]``.
 
@@ -356,9 +371,9 @@ def _measure(work: Workload, device: torch.device, side_by_side=None, rounds: in
                                   for k in ("forward_s", "backward_s", "backward_input_s", "backward_weight_s")})
                 for i, first in enumerate(layer_rounds[0])]
     lockstep = _lockstep_passes(work, _calibrated(layers, whole), sample, side_by_side) if side_by_side is not None else []
-    return (profiled, statistics.median(passes), statistics.median(updates), lockstep,
-            statistics.median(stage_passes) if stage_passes else None,
-            [statistics.median(w[i] for w in wakes) for i in range(len(WAKE_IDLE_S))] if wakes else None)
+    return _Measurement(profiled, statistics.median(passes), statistics.median(updates), lockstep,
+                        statistics.median(stage_passes) if stage_passes else None,
+                        [statistics.median(w[i] for w in wakes) for i in range(len(WAKE_IDLE_S))] if wakes else None)
 
 
 def _stage_pass_s(work: Workload, layers, stage: int, x: torch.Tensor, repeats: int, budget_s: float) -> float:
@@ -473,16 +488,15 @@ def _measure_worker(rank: int, work: Workload, device, side_by_side, out_dir: st
     track_cpu_allocations()
     # measure_profile gives every measuring process a stage or none (the stage passes start together)
     stage = rank if work.stages else None
-    layers, pass_s, update_s, lockstep, stage_s, wake_s = _measure(work, device, side_by_side, whole=whole, stage=stage)
+    measured = _measure(work, device, side_by_side, whole=whole, stage=stage)
     with open(os.path.join(out_dir, f"{rank}.json"), "w") as f:
-        json.dump({"layers": [asdict(l) for l in layers], "pass_s": pass_s, "update_s": update_s,
-                   "lockstep": lockstep, "stage_s": stage_s, "wake_s": wake_s}, f)
+        json.dump(asdict(measured), f)
 
 
-def _load_measurement(path: str):
+def _load_measurement(path: str) -> _Measurement:
     with open(path) as f:
         d = json.load(f)
-    return [LayerProfile(**l) for l in d["layers"]], d["pass_s"], d["update_s"], d["lockstep"], d["stage_s"], d["wake_s"]
+    return _Measurement(**{**d, "layers": [LayerProfile(**l) for l in d["layers"]]})
 
 
 def _whole_step_s(work: Workload, layers, sample: torch.Tensor, repeats: int, budget_s: float) -> tuple[float, float]:
