@@ -152,7 +152,9 @@ class Pending:
     It holds the tensor being sent or received: the transport reads or writes
     that memory until the operation completes, so the caller dropping its own
     reference (an asynchronous pipeline frees a micro-batch's input right after
-    sending its gradient) must not free it.
+    sending its gradient) must not free it. Whoever starts a send keeps its Pending until
+    the send completes: with gloo, a send whose work object is dropped unfinished is
+    cancelled, and its receiver waits until the timeout.
     """
 
     def __init__(self, work: dist.Work, what: str, timeout: timedelta | None, tensor: torch.Tensor | None = None):

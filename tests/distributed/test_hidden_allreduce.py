@@ -20,6 +20,9 @@ def record_overlap(ctx, spec, out_dir):
     order = BatchOrder(len(data.train), spec.train.global_batch, spec.seed)
     for step in range(3):
         strategy.train_step(*data.train.batch(order.indices(step)))
+    # as the worker loop does: an asynchronous pipeline's last sends are still in flight, and a send
+    # dropped unfinished (the strategy going out of scope) is cancelled, leaving its receiver waiting
+    strategy.finish_training()
     with open(os.path.join(out_dir, f"rank{ctx.rank}.json"), "w") as f:
         json.dump([s["allreduce"] for s in strategy.step_stats], f)
 

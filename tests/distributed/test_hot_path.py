@@ -34,6 +34,7 @@ def record_buffers(ctx, spec, out_dir):
         steps.append({"grads": _storages(p.grad for p in strategy.params),
                       "buckets": _storages(executor.grads.flats),
                       "received": _storages(received), "stashed": sorted(id(t) for t in stashed)})
+    strategy.finish_training()  # settles the sends still in flight (see test_hidden_allreduce)
     with open(os.path.join(out_dir, f"rank{ctx.rank}.json"), "w") as f:
         json.dump(steps, f)
 
