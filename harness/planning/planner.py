@@ -62,6 +62,9 @@ class Network:
     p2p_bytes_per_s: float
     allreduce_bytes_per_s: float  # bus bandwidth: 2*(n-1)/n * size / time
     latency_s: float = 0.0
+    # gloo moves a message once its receive is posted: what a receive posted after its send waits
+    # more when the sender is computing then than when it is idle (0: not measured)
+    late_receive_s: float = 0.0
 
 
 @dataclass

@@ -172,6 +172,22 @@ def _round_trip(comm, message: torch.Tensor, reply: torch.Tensor) -> None:
         comm.isend(reply, 0).wait()
 
 
+def _late_receive(comm, message: torch.Tensor, sender_busy: bool) -> float:
+    """Rank 0 sends ``message``, then computes (or sleeps) for 3 ms; rank 1 posts its receive 1 ms
+    later: the seconds that receive waits, on rank 1 (gloo moves a message once its receive is
+    posted, by the sender's I/O thread). Rank 0 returns 0."""
+    _round_trip(comm, message[:1], message[:1])  # start together
+    if comm.ctx.rank == 0:
+        sending = comm.isend(message, 1)
+        _busy(0.003) if sender_busy else time.sleep(0.003)
+        sending.wait()
+        return 0.0
+    time.sleep(0.001)
+    t0 = time.perf_counter()
+    comm.irecv(message, 0).wait()
+    return time.perf_counter() - t0
+
+
 def measure_network(comm, size_bytes: int = 8 * 2**20, repeats: int = 5, pings: int = 20) -> Network:
     """Point-to-point (rank 0 -> 1) and all-reduce bandwidth over the job's workers. Collective."""
     ctx = comm.ctx
@@ -180,6 +196,8 @@ def measure_network(comm, size_bytes: int = 8 * 2**20, repeats: int = 5, pings: 
     buf = torch.ones(n, device=ctx.device)
     tiny = torch.ones(1, device=ctx.device)
     p2p, lat, ar = [], [], []
+    late = {True: [], False: []}  # a late receive's waits, on rank 1, by whether the sender computed
+    medium = torch.ones(2**14, device=ctx.device)  # 64 kB: its transfer alone takes a few tens of µs
     for _ in range(repeats):
         comm.barrier()
         if ctx.world_size > 1 and ctx.rank in (0, 1):
@@ -196,6 +214,9 @@ def measure_network(comm, size_bytes: int = 8 * 2**20, repeats: int = 5, pings: 
                 t1 = timer.mark()
                 _round_trip(comm, tiny, tiny)
                 lat.append(timer.elapsed(t1, timer.mark()) / 2)
+            if ctx.device.type == "cpu":  # gloo on the computing cores (the replay's busy_sender_s)
+                for i in range(4 * pings):
+                    late[i % 2 == 0].append(_late_receive(comm, medium, sender_busy=i % 2 == 0))
         comm.barrier()
         t0 = timer.mark()
         comm.all_reduce(buf)
@@ -204,9 +225,13 @@ def measure_network(comm, size_bytes: int = 8 * 2**20, repeats: int = 5, pings: 
     stats = torch.tensor([_median(p2p) if p2p else 0.0, _median(lat) if lat else 0.0, _median(ar)], dtype=torch.float64)
     stats = comm.broadcast_object(stats.tolist(), src=0)
     p2p_t, lat_t, ar_t = stats
+    # the mean, not the median: a busy sender's I/O thread mostly runs at once, now and then only
+    # after a scheduler's slice (about 3 ms), and a run pays the mean
+    extra = statistics.mean(late[True]) - statistics.mean(late[False]) if late[True] else 0.0
+    late_t = comm.broadcast_object(max(extra, 0.0), src=1) if w > 1 else 0.0
     return Network(p2p_bytes_per_s=size_bytes / max(p2p_t - lat_t, 1e-9) if p2p_t else float("inf"),
                    allreduce_bytes_per_s=(2 * (w - 1) / w * size_bytes / ar_t) if w > 1 else float("inf"),
-                   latency_s=lat_t)
+                   latency_s=lat_t, late_receive_s=late_t)
 
 
 def measure_local_network() -> Network:

@@ -314,16 +314,21 @@ def predict(profile: Profile, cluster: Cluster, layout: SimLayout, world_size: i
     # on the profiled CPU host, a compute action after a wait pays the measured wake-up
     wake = profile.wake_s if cluster.host_overhead and profile.wake else None
 
+    # gloo (the CPU host's transport) moves a message only once its receive is posted, later still
+    # where the sender computes then (measured on the profiled host)
+    gloo = cluster.comm_uses_compute
+    busy_sender = profile.network.late_receive_s if cluster.host_overhead else 0.0
     if layout.schedule == ASYNC:
         n = 4 * S + 8
-        timeline = sch.simulate(sch.async_1f1b(S, n), cost, cluster.comm_uses_compute, wake=wake)
+        timeline = sch.simulate(sch.async_1f1b(S, n), cost, gloo, wake=wake, receiver_driven=gloo,
+                                busy_sender_s=busy_sender)
         # steady state: the interval between consecutive optimizer steps on the busiest stage
         steps = {s: [e.end for e in timeline.stage_events(s) if e.action.op == sch.STEP] for s in range(S)}
         window = slice(2 * S, n - S)
         iteration = max((v[window][-1] - v[window][0]) / (len(v[window]) - 1) for v in steps.values())
     else:
-        timeline = sch.simulate(lists, cost, cluster.comm_uses_compute, placement=lane_of, rendezvous=layout.rendezvous,
-                                wake=wake)
+        timeline = sch.simulate(lists, cost, gloo, placement=lane_of, rendezvous=layout.rendezvous, wake=wake,
+                                receiver_driven=gloo, busy_sender_s=busy_sender)
         iteration = timeline.makespan
     span = timeline.makespan
     bubble = sum(timeline.idle_fraction(p) for p in range(P)) / P

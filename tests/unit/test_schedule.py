@@ -1,5 +1,7 @@
 """Schedules as data, checked without processes."""
 
+from dataclasses import replace
+
 import pytest
 
 from harness.runtime import schedule as sch
@@ -68,6 +70,51 @@ def test_a_rendezvous_send_waits_for_its_receive_and_holds_its_sender():
     sch.simulate(crossed, cost)
     with pytest.raises(sch.Deadlock, match="no stage can progress"):
         sch.simulate(crossed, cost, rendezvous=True)
+
+
+def test_a_receiver_driven_message_moves_once_its_receive_is_reached():
+    # the same lists as above: stage 0 sends at 1 (the transfer costs 1), stage 1 reaches the receive at 5
+    lists = [[sch.Action(sch.FWD, 0), sch.Action(sch.SEND_F, 0), sch.Action(sch.FWD, 1)],
+             [sch.Action(sch.BWD, 9), sch.Action(sch.RECV_F, 0), sch.Action(sch.FWD, 0)]]
+
+    def cost(stage, a):
+        return {sch.FWD: 1.0, sch.BWD: 5.0}.get(a.op, 1.0)
+
+    def send_and_receiver_forward(timeline):
+        return timeline.stage_events(0)[1].end, timeline.stage_events(1)[2].start
+
+    # the receive comes late: the message moves from 5, arrives at 6; the sender went on at once
+    assert send_and_receiver_forward(sch.simulate(lists, cost, blocking_sends=True, receiver_driven=True)) == (1.0, 6.0)
+    # the receive is waiting (stage 1 reaches it at 0.5): the message moves at once, holding its
+    # sender, and arrives at 2
+    early = [lists[0], [sch.Action(sch.BWD, 9), sch.Action(sch.RECV_F, 0), sch.Action(sch.FWD, 0)]]
+    half = lambda stage, a: 0.5 if a.op == sch.BWD else cost(stage, a)
+    assert send_and_receiver_forward(sch.simulate(early, half, blocking_sends=True, receiver_driven=True)) == (2.0, 2.0)
+    # whichever list the replay reaches first: the receiving stage listed first gives the same times
+    swapped = sch.simulate([[replace(a, stage=1) for a in lists[1]], [replace(a, stage=0) for a in lists[0]]],
+                           lambda stage, a: cost(1 - stage, a), blocking_sends=True, receiver_driven=True,
+                           placement=[1, 0])
+    assert (swapped.stage_events(1)[1].end, swapped.stage_events(0)[2].start) == (1.0, 6.0)
+    # crossed non-blocking sends still never deadlock
+    crossed = [[sch.Action(sch.SEND_F, 0), sch.Action(sch.RECV_B, 0)], [sch.Action(sch.SEND_B, 0), sch.Action(sch.RECV_F, 0)]]
+    assert sch.simulate(crossed, cost, receiver_driven=True).makespan == 1.0
+
+
+def test_a_late_receive_waits_more_while_its_sender_computes_and_not_while_it_waits():
+    def cost(stage, a):
+        return {sch.FWD: 1.0, sch.BWD: 5.0}.get(a.op, 1.0)
+
+    def receiver_forward(lists):
+        return sch.simulate(lists, cost, blocking_sends=True, receiver_driven=True, busy_sender_s=0.25).stage_events(1)[2].start
+
+    # stage 0 computes F1 from 1 to 7 (cost 6 with a backward) when stage 1 reaches its receive at 5
+    busy = [[sch.Action(sch.FWD, 0), sch.Action(sch.SEND_F, 0), sch.Action(sch.BWD, 1), sch.Action(sch.FWD, 1)],
+            [sch.Action(sch.BWD, 9), sch.Action(sch.RECV_F, 0), sch.Action(sch.FWD, 0)]]
+    assert receiver_forward(busy) == 6.25
+    # stage 0 waits (for a gradient stage 1 sends only after its forward) when stage 1 gets there
+    waiting = [[sch.Action(sch.FWD, 0), sch.Action(sch.SEND_F, 0), sch.Action(sch.RECV_B, 0)],
+               [sch.Action(sch.BWD, 9), sch.Action(sch.RECV_F, 0), sch.Action(sch.FWD, 0), sch.Action(sch.SEND_B, 0)]]
+    assert receiver_forward(waiting) == 6.0
 
 
 def test_a_compute_action_after_a_wait_pays_the_wake_up_for_that_wait():
