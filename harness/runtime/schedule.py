@@ -251,7 +251,8 @@ def simulate(schedules: list[list[Action]], cost: Callable[[int, Action], float]
     pc = [0] * n
     clock = [0.0] * n
     arrived: dict[tuple[str, int, int], list[float]] = {}  # (kind, micro, dst stage) -> arrival times
-    posted: dict[tuple[str, int, int], float] = {}  # receives reached, not yet sent to -> when (rendezvous, receiver-driven)
+    # rendezvous and receiver-driven: receives reached, not yet sent to -> when
+    posted: dict[tuple[str, int, int], float] = {}
     # receiver-driven: sends whose receive is not yet reached -> (sent at, transfer, sending list)
     unclaimed: dict[tuple[str, int, int], list[tuple[float, float, int]]] = {}
     idle = [0.0] * n  # per list: time spent waiting since its last compute action

@@ -107,7 +107,7 @@ def test_a_late_receive_waits_more_while_its_sender_computes_and_not_while_it_wa
     def receiver_forward(lists):
         return sch.simulate(lists, cost, blocking_sends=True, receiver_driven=True, busy_sender_s=0.25).stage_events(1)[2].start
 
-    # stage 0 computes F1 from 1 to 7 (cost 6 with a backward) when stage 1 reaches its receive at 5
+    # stage 0 computes (a backward, then F1) from 1 to 7 when stage 1 reaches its receive at 5
     busy = [[sch.Action(sch.FWD, 0), sch.Action(sch.SEND_F, 0), sch.Action(sch.BWD, 1), sch.Action(sch.FWD, 1)],
             [sch.Action(sch.BWD, 9), sch.Action(sch.RECV_F, 0), sch.Action(sch.FWD, 0)]]
     assert receiver_forward(busy) == 6.25
