@@ -49,13 +49,17 @@ def test_the_simulator_detects_a_deadlock_and_an_unmatched_send():
         sch.simulate([[sch.Action(sch.FWD, 0), sch.Action(sch.SEND_F, 0)], [sch.Action(sch.FWD, 0)]])
 
 
-def test_a_rendezvous_send_waits_for_its_receive_and_holds_its_sender():
-    # stage 1 computes for 5 before it reaches its receive; the send costs 1
-    lists = [[sch.Action(sch.FWD, 0), sch.Action(sch.SEND_F, 0), sch.Action(sch.FWD, 1)],
-             [sch.Action(sch.BWD, 9), sch.Action(sch.RECV_F, 0), sch.Action(sch.FWD, 0)]]
+# stage 0 sends at 1; stage 1 computes for 5 before it reaches its receive; a send costs 1
+_SEND_THEN_LATE_RECEIVE = [[sch.Action(sch.FWD, 0), sch.Action(sch.SEND_F, 0), sch.Action(sch.FWD, 1)],
+                           [sch.Action(sch.BWD, 9), sch.Action(sch.RECV_F, 0), sch.Action(sch.FWD, 0)]]
 
-    def cost(stage, a):
-        return {sch.FWD: 1.0, sch.BWD: 5.0}.get(a.op, 1.0)
+
+def _forward_1_backward_5(stage, a):
+    return {sch.FWD: 1.0, sch.BWD: 5.0}.get(a.op, 1.0)
+
+
+def test_a_rendezvous_send_waits_for_its_receive_and_holds_its_sender():
+    lists, cost = _SEND_THEN_LATE_RECEIVE, _forward_1_backward_5
 
     def send_and_next_forward(timeline):
         ev = timeline.stage_events(0)
@@ -73,12 +77,7 @@ def test_a_rendezvous_send_waits_for_its_receive_and_holds_its_sender():
 
 
 def test_a_receiver_driven_message_moves_once_its_receive_is_reached():
-    # the same lists as above: stage 0 sends at 1 (the transfer costs 1), stage 1 reaches the receive at 5
-    lists = [[sch.Action(sch.FWD, 0), sch.Action(sch.SEND_F, 0), sch.Action(sch.FWD, 1)],
-             [sch.Action(sch.BWD, 9), sch.Action(sch.RECV_F, 0), sch.Action(sch.FWD, 0)]]
-
-    def cost(stage, a):
-        return {sch.FWD: 1.0, sch.BWD: 5.0}.get(a.op, 1.0)
+    lists, cost = _SEND_THEN_LATE_RECEIVE, _forward_1_backward_5
 
     def send_and_receiver_forward(timeline):
         return timeline.stage_events(0)[1].end, timeline.stage_events(1)[2].start
@@ -87,9 +86,8 @@ def test_a_receiver_driven_message_moves_once_its_receive_is_reached():
     assert send_and_receiver_forward(sch.simulate(lists, cost, blocking_sends=True, receiver_driven=True)) == (1.0, 6.0)
     # the receive is waiting (stage 1 reaches it at 0.5): the message moves at once, holding its
     # sender, and arrives at 2
-    early = [lists[0], [sch.Action(sch.BWD, 9), sch.Action(sch.RECV_F, 0), sch.Action(sch.FWD, 0)]]
     half = lambda stage, a: 0.5 if a.op == sch.BWD else cost(stage, a)
-    assert send_and_receiver_forward(sch.simulate(early, half, blocking_sends=True, receiver_driven=True)) == (2.0, 2.0)
+    assert send_and_receiver_forward(sch.simulate(lists, half, blocking_sends=True, receiver_driven=True)) == (2.0, 2.0)
     # whichever list the replay reaches first: the receiving stage listed first gives the same times
     swapped = sch.simulate([[replace(a, stage=1) for a in lists[1]], [replace(a, stage=0) for a in lists[0]]],
                            lambda stage, a: cost(1 - stage, a), blocking_sends=True, receiver_driven=True,
@@ -101,11 +99,8 @@ def test_a_receiver_driven_message_moves_once_its_receive_is_reached():
 
 
 def test_a_late_receive_waits_more_while_its_sender_computes_and_not_while_it_waits():
-    def cost(stage, a):
-        return {sch.FWD: 1.0, sch.BWD: 5.0}.get(a.op, 1.0)
-
     def receiver_forward(lists):
-        return sch.simulate(lists, cost, blocking_sends=True, receiver_driven=True, busy_sender_s=0.25).stage_events(1)[2].start
+        return sch.simulate(lists, _forward_1_backward_5, blocking_sends=True, receiver_driven=True, busy_sender_s=0.25).stage_events(1)[2].start
 
     # stage 0 computes (a backward, then F1) from 1 to 7 when stage 1 reaches its receive at 5
     busy = [[sch.Action(sch.FWD, 0), sch.Action(sch.SEND_F, 0), sch.Action(sch.BWD, 1), sch.Action(sch.FWD, 1)],
