@@ -172,16 +172,16 @@ def _round_trip(comm, message: torch.Tensor, reply: torch.Tensor) -> None:
         comm.isend(reply, 0).wait()
 
 
-def _late_receive(comm, message: torch.Tensor, sender_busy: bool) -> float:
+def _late_receive(comm, message: torch.Tensor, sender_busy: bool) -> float | None:
     """Rank 0 sends ``message``, then computes (or sleeps) for 3 ms; rank 1 posts its receive 1 ms
     later: the seconds that receive waits, on rank 1 (gloo moves a message once its receive is
-    posted, by the sender's I/O thread). Rank 0 returns 0."""
+    posted, by the sender's I/O thread). Rank 0 returns None."""
     _round_trip(comm, message[:1], message[:1])  # start together
     if comm.ctx.rank == 0:
         sending = comm.isend(message, 1)
         _busy(0.003) if sender_busy else time.sleep(0.003)
         sending.wait()
-        return 0.0
+        return None
     time.sleep(0.001)
     t0 = time.perf_counter()
     comm.irecv(message, 0).wait()
@@ -216,7 +216,10 @@ def measure_network(comm, size_bytes: int = 8 * 2**20, repeats: int = 5, pings: 
                 lat.append(timer.elapsed(t1, timer.mark()) / 2)
             if ctx.device.type == "cpu":  # gloo on the computing cores (the replay's busy_sender_s)
                 for i in range(4 * pings):
-                    late[i % 2 == 0].append(_late_receive(comm, medium, sender_busy=i % 2 == 0))
+                    sender_busy = i % 2 == 0
+                    wait = _late_receive(comm, medium, sender_busy)
+                    if wait is not None:
+                        late[sender_busy].append(wait)
         comm.barrier()
         t0 = timer.mark()
         comm.all_reduce(buf)
@@ -226,7 +229,7 @@ def measure_network(comm, size_bytes: int = 8 * 2**20, repeats: int = 5, pings: 
     stats = comm.broadcast_object(stats.tolist(), src=0)
     p2p_t, lat_t, ar_t = stats
     # the mean, not the median: a busy sender's I/O thread mostly runs at once, now and then only
-    # after a scheduler's slice (about 3 ms), and a run pays the mean
+    # after a scheduler's slice (about 3 ms), and a run pays the mean (measured on rank 1 only)
     extra = statistics.mean(late[True]) - statistics.mean(late[False]) if late[True] else 0.0
     late_t = comm.broadcast_object(max(extra, 0.0), src=1) if w > 1 else 0.0
     return Network(p2p_bytes_per_s=size_bytes / max(p2p_t - lat_t, 1e-9) if p2p_t else float("inf"),
