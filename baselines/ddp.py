@@ -6,10 +6,10 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from harness.metrics import optimizer_state_tensors
+from harness.metrics.meter import optimizer_state_tensors
 from harness.planning.simulator import SimLayout
 from harness.strategies.base import Strategy, summed_eval
-from harness.training import clip_gradients, eval_counts, make_optimizer, replica_slice, summed_loss, with_precision
+from harness.core.training import clip_gradients, eval_counts, make_optimizer, replica_slice, summed_loss, with_precision
 
 
 class DDPStrategy(Strategy):

@@ -22,15 +22,15 @@ import torchgpipe.pipeline
 from torch import nn
 from torchgpipe import GPipe
 
-from harness.errors import ConfigError
-from harness.metrics import optimizer_state_tensors, stage_annotation
-from harness.options import bounded, choice
-from harness.models import num_layers
+from harness.core.errors import ConfigError
+from harness.metrics.meter import optimizer_state_tensors, stage_annotation
+from harness.core.options import bounded, choice
+from harness.core.models import num_layers
 from harness.runtime import schedule as sch
 from harness.runtime.partition import stage_ranges
 from harness.strategies.base import EvalResult, Strategy, StrategyConfig
 from harness.strategies.layout import check_layout, resolve_boundaries, simulated_pipeline
-from harness.training import clip_gradients, eval_counts, make_optimizer, mean_loss, with_precision
+from harness.core.training import clip_gradients, eval_counts, make_optimizer, mean_loss, with_precision
 
 _CHECKPOINT_MODES = ("always", "except_last", "never")
 
@@ -133,7 +133,7 @@ class GPipeStrategy(Strategy):
 
     def memory_step_context(self):
         """The profiled step: each partition's forward runs inside its stage's span, so that each
-        partition's (device's) work and idle are measured apart (harness.metrics.compute_spans),
+        partition's (device's) work and idle are measured apart (harness.metrics.meter.compute_spans),
         and on CPU torchgpipe's one worker thread runs inline.
 
         The profiler records CPU allocations of the profiling thread only, and

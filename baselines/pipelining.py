@@ -33,10 +33,10 @@ from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGP
 from torch.distributed.pipelining.schedules import get_schedule_class
 from torch.nn.parallel import DistributedDataParallel
 
-from harness.comm import new_group
-from harness.errors import ConfigError
-from harness.metrics import optimizer_state_tensors
-from harness.options import bounded, choice
+from harness.core.comm import new_group
+from harness.core.errors import ConfigError
+from harness.metrics.meter import optimizer_state_tensors
+from harness.core.options import bounded, choice
 from harness.runtime import schedule as sch
 from harness.runtime import torch_schedules
 from harness.runtime.executor import StageModule
@@ -45,7 +45,7 @@ from harness.runtime.topology import Topology
 from harness.strategies.base import PipelineKeys, Strategy, summed_eval
 from harness.strategies.layout import (check_layout, micro_batch_samples, recompute_of_stages, resolve_boundaries,
                                        simulated_pipeline, uniform_replicas)
-from harness.training import PRECISIONS, clip_gradients, eval_counts, make_optimizer, mean_loss, with_precision
+from harness.core.training import PRECISIONS, clip_gradients, eval_counts, make_optimizer, mean_loss, with_precision
 
 _SINGLE = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
 SCHEDULES = (*_SINGLE, *torch_schedules.MULTI)

@@ -3,7 +3,7 @@
 import os
 import sys
 
-from harness.host import prestart
+from harness.core.host import prestart
 
 
 def _one_rank_of_a_job() -> bool:
@@ -21,7 +21,7 @@ def main() -> None:
     joined = _one_rank_of_a_job()
     if not joined and not _NO_RUN.intersection(a.split("=")[0] for a in sys.argv[1:]):
         # the worker processes' server imports torch and the runtime while this process imports Hydra
-        # and the rest (harness.host); a refused configuration still starts no worker
+        # and the rest (harness.core.host); a refused configuration still starts no worker
         prestart()
     from harness.cli.app import run_task
     from harness.cli.common import hydra_command

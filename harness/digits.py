@@ -15,7 +15,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from harness.data import write_cifar100
+from harness.core.data import write_cifar100
 
 TEST_FRACTION = 0.2
 

@@ -29,12 +29,12 @@ import yaml
 
 from harness.config.registry import CONFIG_DIR
 from harness.config.schema import ModelConfig
-from harness.models import build_layers
-from harness.planning.flops import device_peak
+from harness.core.models import build_layers
+from harness.metrics.flops import device_peak
 from harness.report.environment import environment
 from harness.runtime.partition import measure_layer_costs
 from harness.strategies.layout import visiting
-from harness.timing import DeviceTimer
+from harness.core.timing import DeviceTimer
 
 _TOLERANCE = 0.10  # CUDA events against the profiler's kernel time
 

@@ -19,12 +19,12 @@ import torch
 from omegaconf import DictConfig
 
 from harness.cli.common import NO_OUTPUT_DIR, hydra_command, spec_or_exit
-from harness.errors import ConfigError
-from harness.models import build_layers
+from harness.core.errors import ConfigError
+from harness.core.models import build_layers
 from harness.planning.planner import Profile, data_parallel_cost, plan
 from harness.planning.profiling import measure_local_network, profile_layers
 from harness.strategies.ashpipe import AshPipeStrategy, assumed_network, memory_limit_bytes, profile_sample
-from harness.training import with_precision
+from harness.core.training import with_precision
 
 
 def _plan(cfg: DictConfig) -> None:

@@ -26,7 +26,7 @@ from harness.config.choices import refuse_unknown_choices
 from harness.config.registry import CONFIG_DIR
 from harness.config.schema import register_configs
 from harness.config.spec import RunSpec, build_spec
-from harness.errors import ConfigError
+from harness.core.errors import ConfigError
 from harness.planning.planner import Profile
 from harness.planning.simulator import predict
 

@@ -24,7 +24,7 @@ from harness.cli.common import hydra_command
 from harness.cli.profiles import cluster_of, profile_spec, roofline_of
 from harness.cli.sweep import sweep_group
 from harness.config.spec import RunSpec, build_spec
-from harness.errors import ConfigError
+from harness.core.errors import ConfigError
 from harness.planning.planner import Profile
 from harness.planning.simulator import Prediction, predict
 from harness.report import record as record_mod

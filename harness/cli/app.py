@@ -11,7 +11,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from harness.cli.sweep import sweep_group
 from harness.config.spec import build_spec
-from harness.errors import ConfigError
+from harness.core.errors import ConfigError
 from harness.report import record as record_mod
 from harness.report import wandb_mirror
 from harness.run import launch, preemption

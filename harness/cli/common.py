@@ -12,7 +12,7 @@ from harness.config.choices import refuse_unknown_choices
 from harness.config.registry import CONFIG_DIR
 from harness.config.schema import register_configs
 from harness.config.spec import RunSpec, build_spec
-from harness.errors import ConfigError
+from harness.core.errors import ConfigError
 
 # a command that prints rather than records: no run directory, no log file
 NO_OUTPUT_DIR = ["hydra.output_subdir=null", "hydra.run.dir=.", "hydra/job_logging=none", "hydra/hydra_logging=none"]

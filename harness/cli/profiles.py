@@ -12,9 +12,9 @@ import torch
 from omegaconf import DictConfig
 
 from harness.config.spec import RunSpec
-from harness.errors import ConfigError
-from harness.host import threads_per_process
-from harness.models import num_layers
+from harness.core.errors import ConfigError
+from harness.core.host import threads_per_process
+from harness.core.models import num_layers
 from harness.planning.planner import Profile
 from harness.planning.profiling import Workload, measure_profile
 from harness.planning.roofline import GPU_MEMORY_BANDWIDTH, gpu, measured_fraction, roofline_profile

@@ -13,7 +13,7 @@ import os
 
 from omegaconf import OmegaConf
 
-from harness.errors import ConfigError
+from harness.core.errors import ConfigError
 from harness.strategies.base import Strategy
 
 

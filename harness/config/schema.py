@@ -25,8 +25,8 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
 from harness.config.registry import strategy_classes
-from harness.options import bounded, choice
-from harness.training import LR_SCHEDULES, OPTIMIZERS, PRECISIONS
+from harness.core.options import bounded, choice
+from harness.core.training import LR_SCHEDULES, OPTIMIZERS, PRECISIONS
 
 
 @dataclass

@@ -16,12 +16,12 @@ from dataclasses import dataclass, field
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from harness import data as data_mod
+from harness.core import data as data_mod
 from harness.config.registry import strategy_class, strategy_classes
 from harness.config.schema import DataConfig, LaunchConfig, LoggerConfig, ModelConfig, RunConfig, TrainConfig
-from harness.checkpoints import checkpoint_folder
-from harness.errors import ConfigError
-from harness.options import check_node
+from harness.core.checkpoints import checkpoint_folder
+from harness.core.errors import ConfigError
+from harness.core.options import check_node
 from harness.strategies.base import PIPELINE_KEYS, Strategy, StrategyConfig
 
 

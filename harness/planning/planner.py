@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from harness.errors import ConfigError
+from harness.core.errors import ConfigError
 
 PROFILE_VERSION = 1
 

@@ -32,29 +32,29 @@ import torch
 from torch import nn
 from torch.distributed.pipelining._backward import stage_backward_input, stage_backward_weight
 
-from harness import comm as comm_mod
-from harness.host import start_workers, worker_context
-from harness.metrics import track_cpu_allocations
-from harness.models import build_layers
-from harness.planning.flops import layer_flops
+from harness.core import comm as comm_mod
+from harness.core.host import start_workers, worker_context
+from harness.metrics.meter import track_cpu_allocations
+from harness.core.models import build_layers
+from harness.metrics.flops import layer_flops
 from harness.planning.planner import LayerProfile, Network, Profile
-from harness.timing import DeviceTimer
-from harness.training import Autocast, make_optimizer, summed_loss, with_precision
+from harness.core.timing import DeviceTimer
+from harness.core.training import Autocast, make_optimizer, summed_loss, with_precision
 
 
 @dataclass
 class Workload:
-    """What to profile: a model as harness.models builds it, at the batch one worker computes."""
+    """What to profile: a model as harness.core.models builds it, at the batch one worker computes."""
 
-    model: object  # a model config (harness.models.build_layers reads it)
+    model: object  # a model config (harness.core.models.build_layers reads it)
     seed: int
     image_size: int
     samples: int  # per forward of one worker
     workers: int  # workers of the run (they share a CPU host)
     threads: int  # torch threads of one worker
-    train: object  # optimizer settings (harness.training.make_optimizer reads them)
+    train: object  # optimizer settings (harness.core.training.make_optimizer reads them)
     num_classes: int
-    precision: str = "fp32"  # as the run trains (harness.training.with_precision)
+    precision: str = "fp32"  # as the run trains (harness.core.training.with_precision)
     # a pipeline of one stage per worker: each stage's layer range [first, last); measuring process r
     # also times stage r's steady-state pass while the others time theirs (the stage factors)
     stages: list[tuple[int, int]] | None = None
@@ -262,7 +262,7 @@ def measure_profile(work: Workload, device: torch.device, network: Network | Non
     network = network or measure_local_network()
     whole = whole_pass(work, device)
     if device.type == "cpu":
-        # measured in worker processes set up as a run's are (harness.metrics.track_cpu_allocations);
+        # measured in worker processes set up as a run's are (harness.metrics.meter.track_cpu_allocations);
         # the workers of a run share the machine's cores and memory bandwidth: measure with as
         # many processes at once, each with a worker's threads, and keep the slowest one's figures
         # (the slowest rank sets a run's step time)

@@ -12,7 +12,7 @@ FLOPs by ``torch.utils.flop_counter``'s formulas (matrix products, convolutions,
 attention; element-wise work counts as memory traffic only), bytes as what the operator
 reads and writes (its tensor inputs and outputs; views move nothing), eagerly, without
 fusion; ``floor`` is a kernel's shortest run. Peaks are the datasheet's dense figures in
-the run's precision (:data:`harness.planning.flops.GPU_PEAKS`), bandwidths the HBM
+the run's precision (:data:`harness.metrics.flops.GPU_PEAKS`), bandwidths the HBM
 datasheet figures below. ``fraction`` is how much of both a real run achieves: taken from
 a measured profile of that GPU where one exists (:func:`measured_fraction`), otherwise an
 assumption the prediction's record states. The optimizer's update moves the parameters,
@@ -36,8 +36,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import flop_registry
 
-from harness.models import build_layers
-from harness.planning.flops import gpu_peak
+from harness.core.models import build_layers
+from harness.metrics.flops import gpu_peak
 from harness.planning.planner import LayerProfile, Network, Profile
 
 # (pattern on the GPU's name, HBM bytes/s from the datasheet), first match wins

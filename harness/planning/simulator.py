@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 
 from scipy.optimize import minimize_scalar
 
-from harness.errors import ConfigError
+from harness.core.errors import ConfigError
 from harness.planning.planner import Network, Profile
 from harness.report.environment import environment
 from harness.report.schema import SCHEMA_VERSION

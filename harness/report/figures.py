@@ -6,7 +6,7 @@
 - a per-rank pipeline timeline (Gantt chart of forward, backward,
   communication and idle) from the events our runtime recorded for its last timed step;
 - the same chart for every strategy, baselines included, from the compute spans of
-  its profiled step (harness.metrics: forward, backward and optimizer; gaps are idle).
+  its profiled step (harness.metrics.meter: forward, backward and optimizer; gaps are idle).
 """
 
 from __future__ import annotations

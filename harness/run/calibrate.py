@@ -21,13 +21,13 @@ import tempfile
 
 import torch
 
-from harness import comm as comm_mod
+from harness.core import comm as comm_mod
 from harness.config.spec import RunSpec
-from harness.data import BatchOrder, load
-from harness.host import start_workers, threads_per_process
-from harness.metrics import track_cpu_allocations
-from harness.models import build_layers
-from harness.timing import DeviceTimer
+from harness.core.data import BatchOrder, load
+from harness.core.host import start_workers, threads_per_process
+from harness.metrics.meter import track_cpu_allocations
+from harness.core.models import build_layers
+from harness.core.timing import DeviceTimer
 
 
 def null_step_times(specs: list[RunSpec], rounds: int = 5, steps: int = 6, warmup: int = 3) -> list[float]:

@@ -2,7 +2,7 @@
 
 Two ways in:
 - **local** (the default): this process starts ``world_size`` workers on this
-  machine (:func:`harness.host.start_workers`: forked from a server that has
+  machine (:func:`harness.core.host.start_workers`: forked from a server that has
   already imported torch and the runtime), watches them, and ends all of them when
   one fails (``launch.failure_timeout`` bounds how long that takes);
 - **join**: when torchrun or Slurm started this process as one rank
@@ -26,11 +26,11 @@ import traceback
 import torch
 import torch.multiprocessing as tmp
 
-from harness import comm as comm_mod
+from harness.core import comm as comm_mod
 from harness.config.spec import RunSpec
-from harness.errors import ConfigError
-from harness.host import start_workers, threads_per_process
-from harness.metrics import track_cpu_allocations
+from harness.core.errors import ConfigError
+from harness.core.host import start_workers, threads_per_process
+from harness.metrics.meter import track_cpu_allocations
 from harness.report import record as record_mod
 from harness.run.worker import train, worker_main
 

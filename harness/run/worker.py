@@ -15,18 +15,18 @@ import time
 
 import torch
 
-from harness import comm as comm_mod
-from harness.checkpoints import checkpoint_folder
+from harness.core import comm as comm_mod
+from harness.core.checkpoints import checkpoint_folder
 from harness.config.spec import RunSpec
-from harness.data import BatchOrder, load
-from harness.host import threads_per_process
-from harness.metrics import StepMeter, job_idle_fractions, peak_rss_bytes, step_time_summary, track_cpu_allocations
-from harness.models import build_layers, count_parameters
-from harness.planning.flops import device_peak, layer_flops, utilisation
+from harness.core.data import BatchOrder, load
+from harness.core.host import threads_per_process
+from harness.metrics.meter import StepMeter, job_idle_fractions, peak_rss_bytes, step_time_summary, track_cpu_allocations
+from harness.core.models import build_layers, count_parameters
+from harness.metrics.flops import device_peak, layer_flops, utilisation
 from harness.planning.simulator import replayed_bubble
 from harness.run import preemption
 from harness.run.progress import StepProgress
-from harness.timing import DeviceTimer
+from harness.core.timing import DeviceTimer
 
 
 def train(spec: RunSpec, ctx: comm_mod.DistContext, progress: bool = True, local_world: int = 1) -> dict | None:
@@ -48,7 +48,7 @@ def train(spec: RunSpec, ctx: comm_mod.DistContext, progress: bool = True, local
     step_times: list[float] = []
     timed: list[int] = []
     # the host's copy of the whole model stays alive for the run (``layers``), so that the layers
-    # this rank does not train are left out of its memory peak exactly (see harness.metrics)
+    # this rank does not train are left out of its memory peak exactly (see harness.metrics.meter)
     host_only = functools.partial(host_only_tensors, strategy, layers, dataset)
     training_started_at = time.time()  # epoch seconds: start-up is this minus the command's start
 
@@ -166,7 +166,7 @@ def train(spec: RunSpec, ctx: comm_mod.DistContext, progress: bool = True, local
 
 
 def _flop_figures(spec: RunSpec, gathered: list[dict], step_time: float | None) -> dict:
-    """Model and hardware FLOPs per step, TFLOP/s per device, MFU and HFU (harness.planning.flops):
+    """Model and hardware FLOPs per step, TFLOP/s per device, MFU and HFU (harness.metrics.flops):
     every rank's recomputed layers summed, the devices' peaks averaged."""
     recomputed: dict[int, float] = {}
     for r in gathered:

@@ -3,7 +3,7 @@
 topology  stages, replicas, ranks and the samples each rank owns
 partition where to cut the layer list (balanced on measured costs)
 schedule  per-stage action lists as data, and a simulator for them
-executor  runs action lists on one rank over harness.comm
+executor  runs action lists on one rank over harness.core.comm
 stage     from a pipeline layout (plain data) to this rank's stage
 
 The runtime never reads a config: strategies hand it a PipelineLayout.

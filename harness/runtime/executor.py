@@ -1,10 +1,10 @@
 """Runs one stage's action list on one rank.
 
 Each action maps to one method (``_RECV_F``, ``_F``, ...). Tensors move only
-through :class:`harness.comm.Comm`, with the pieces and shapes fixed by the
+through :class:`harness.core.comm.Comm`, with the pieces and shapes fixed by the
 topology and the per-sample activation shapes computed once at build time.
 Per action the executor marks its start and end on the device timer
-(:mod:`harness.timing`: CUDA events on a GPU, read once when the call ends), so
+(:mod:`harness.core.timing`: CUDA events on a GPU, read once when the call ends), so
 every rank can report compute, communication and idle time and a timeline can
 be drawn. Nothing inside a call waits on the host for the device: the loss is
 summed on the device, and on NCCL a wait only orders the streams.
@@ -20,11 +20,11 @@ from torch import nn
 from torch.nn.utils.stateless import _reparametrize_module
 from torch.utils.checkpoint import checkpoint
 
-from harness.comm import Comm, Pending
+from harness.core.comm import Comm, Pending
 from harness.runtime import schedule as sch
 from harness.runtime.topology import Topology, owned_range, transfers
-from harness.timing import DeviceTimer
-from harness.training import clip_gradients, eval_counts, predict_weights_, summed_loss
+from harness.core.timing import DeviceTimer
+from harness.core.training import clip_gradients, eval_counts, predict_weights_, summed_loss
 
 
 def _weights(module: nn.Module, version: dict[str, torch.Tensor]):

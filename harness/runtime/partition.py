@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from harness.timing import DeviceTimer
+from harness.core.timing import DeviceTimer
 
 
 def balanced_boundaries(costs: list[float], num_stages: int) -> list[int]:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from harness.comm import Comm, DistContext, new_group
+from harness.core.comm import Comm, DistContext, new_group
 from harness.runtime.executor import StageModule, StagePlan
 from harness.runtime.partition import stage_ranges
 from harness.runtime.topology import Topology

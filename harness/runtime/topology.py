@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.training import replica_slice
+from harness.core.training import replica_slice
 
 
 @dataclass(frozen=True)

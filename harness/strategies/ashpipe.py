@@ -29,9 +29,9 @@
 - Staleness mitigations, off by default (plain AshPipe is the paper's method): a stage whose
   gradients arrive d updates after its forward can run that forward on weights predicted d
   updates ahead (``strategy.weight_prediction``: SpecTrain for momentum SGD, XPipe for AdamW;
-  :func:`harness.training.predict_weights_`), stashed for its backward, and can divide its
+  :func:`harness.core.training.predict_weights_`), stashed for its backward, and can divide its
   learning rate by its delay, annealed away over ``strategy.lr_correction_steps`` (PipeMare,
-  ``strategy.lr_correction``; :func:`harness.training.delay_lr_scale`).
+  ``strategy.lr_correction``; :func:`harness.core.training.delay_lr_scale`).
 """
 
 from __future__ import annotations
@@ -46,11 +46,11 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from harness.checkpoints import checkpoint_folder
-from harness.errors import ConfigError
-from harness.metrics import optimizer_state_tensors
-from harness.options import bounded, choice
-from harness.models import build_layers
+from harness.core.checkpoints import checkpoint_folder
+from harness.core.errors import ConfigError
+from harness.metrics.meter import optimizer_state_tensors
+from harness.core.options import bounded, choice
+from harness.core.models import build_layers
 from harness.planning.planner import Network, Profile, data_parallel_cost, plan
 from harness.planning.profiling import measure_network, profile_layers
 from harness.planning.simulator import ASYNC, SimLayout, scaled_profile
@@ -59,7 +59,7 @@ from harness.runtime.executor import Clip, GradBuckets, GradSync, StageExecutor
 from harness.runtime.stage import build_stage
 from harness.strategies.base import Strategy, StrategyConfig, summed_eval
 from harness.strategies.layout import Partition, check_layout, pipeline_layout, simulated_pipeline, visiting
-from harness.training import (PRECISIONS, carry_schedule, clip_gradients, delay_lr_scale, eval_counts, make_optimizer,
+from harness.core.training import (PRECISIONS, carry_schedule, clip_gradients, delay_lr_scale, eval_counts, make_optimizer,
                               replica_slice, summed_loss, with_precision)
 
 

@@ -36,9 +36,9 @@ from typing import Any, ClassVar, Iterable, Optional, Sequence
 import torch
 from torch import nn
 
-from harness.comm import Comm, DistContext
-from harness.errors import ConfigError
-from harness.options import bounded
+from harness.core.comm import Comm, DistContext
+from harness.core.errors import ConfigError
+from harness.core.options import bounded
 from harness.planning.planner import Profile
 from harness.planning.simulator import Cluster, SimLayout
 from harness.runtime import schedule as sch
@@ -167,7 +167,7 @@ class Strategy(ABC):
         """This rank's ``parameters``, ``optimizer_state`` and (if any) ``stashed_weights``.
 
         Only for the breakdown of the measured peak and to find gradients
-        (harness.metrics): the peak itself is what the allocator holds, whatever is named here.
+        (harness.metrics.meter): the peak itself is what the allocator holds, whatever is named here.
         """
 
     def start_step(self) -> int:
@@ -183,7 +183,7 @@ class Strategy(ABC):
         a synchronous strategy is always there between steps. Collective."""
 
     def memory_step_context(self):
-        """Context for the one step whose memory is measured (see harness.metrics)."""
+        """Context for the one step whose memory is measured (see harness.metrics.meter)."""
         return contextlib.nullcontext()
 
     def extra_metrics(self) -> dict:

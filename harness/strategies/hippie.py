@@ -19,15 +19,15 @@ from typing import Any
 
 import torch
 
-from harness.errors import ConfigError
-from harness.metrics import optimizer_state_tensors
-from harness.options import bounded
+from harness.core.errors import ConfigError
+from harness.metrics.meter import optimizer_state_tensors
+from harness.core.options import bounded
 from harness.runtime import schedule as sch
 from harness.runtime.executor import Clip, GradBuckets, GradSync, StageExecutor
 from harness.runtime.stage import build_stage
 from harness.strategies.base import PipelineKeys, Strategy, summed_eval
 from harness.strategies.layout import check_layout, micro_batch_samples, pipeline_layout, simulated_pipeline, uniform_replicas
-from harness.training import PRECISIONS, make_optimizer, with_precision
+from harness.core.training import PRECISIONS, make_optimizer, with_precision
 
 
 @dataclass

@@ -20,14 +20,14 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from harness.comm import Comm, DistContext
-from harness.errors import ConfigError
-from harness.models import activation_shapes, num_layers
+from harness.core.comm import Comm, DistContext
+from harness.core.errors import ConfigError
+from harness.core.models import activation_shapes, num_layers
 from harness.planning.planner import Profile
 from harness.planning.simulator import SimLayout
 from harness.runtime.partition import balanced_boundaries, measure_layer_costs, stage_ranges
 from harness.runtime.stage import PipelineLayout
-from harness.training import with_precision
+from harness.core.training import with_precision
 
 RECOMPUTE_HELP = "use none, auto, all or a list of layer indices such as [1,2]"
 

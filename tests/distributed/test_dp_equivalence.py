@@ -4,8 +4,8 @@ import os
 
 import torch
 
-from harness.data import load
-from harness.models import build_layers
+from harness.core.data import load
+from harness.core.models import build_layers
 from tests.helpers.cli import make_spec
 from tests.helpers.distributed import assert_matches_reference, merged_rank_states, reference_step, spawn
 
@@ -16,7 +16,7 @@ def _global_batch(spec):
 
 
 def train_one_step_and_save(ctx, spec, out_dir):
-    from harness.comm import Comm
+    from harness.core.comm import Comm
 
     strategy = spec.strategy_cls(spec, build_layers(spec.model, spec.seed), ctx, Comm(ctx))
     x, y = _global_batch(spec)

@@ -7,9 +7,9 @@ last backward of the iteration ends; the test fails if reduction waits for the o
 import json
 import os
 
-from harness.comm import Comm
-from harness.data import BatchOrder, load
-from harness.models import build_layers
+from harness.core.comm import Comm
+from harness.core.data import BatchOrder, load
+from harness.core.models import build_layers
 from tests.helpers.cli import make_spec
 from tests.helpers.distributed import spawn
 

@@ -9,10 +9,10 @@ micro-batches, AshPipe's weight stashing.
 import json
 import os
 
-from harness.comm import Comm
-from harness.data import BatchOrder, load
-from harness.metrics import StepMeter, job_idle_fractions
-from harness.models import build_layers
+from harness.core.comm import Comm
+from harness.core.data import BatchOrder, load
+from harness.metrics.meter import StepMeter, job_idle_fractions
+from harness.core.models import build_layers
 from harness.run.worker import host_only_tensors
 from tests.helpers.cli import make_spec
 from tests.helpers.distributed import spawn

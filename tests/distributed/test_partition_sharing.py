@@ -4,8 +4,8 @@ import glob
 import json
 import os
 
-from harness.comm import Comm
-from harness.models import build_layers
+from harness.core.comm import Comm
+from harness.core.models import build_layers
 from tests.helpers.cli import make_spec
 from tests.helpers.distributed import spawn
 

@@ -7,9 +7,9 @@ import types
 
 import torch
 
-from harness.data import load
-from harness.models import build_layers
-from harness.comm import Comm
+from harness.core.data import load
+from harness.core.models import build_layers
+from harness.core.comm import Comm
 from tests.helpers.cli import ROOT, make_spec
 from tests.helpers.distributed import assert_matches_reference, merged_rank_states, reference_step, spawn
 

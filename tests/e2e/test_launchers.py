@@ -10,7 +10,7 @@ import time
 
 import psutil
 
-from harness.comm import free_port
+from harness.core.comm import free_port
 from tests.helpers.cli import TINY, run_cli
 
 

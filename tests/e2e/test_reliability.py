@@ -34,7 +34,7 @@ def test_a_failing_worker_fails_the_job_with_a_record(workdir, fault, expect):
 
 
 def _workers(parent: psutil.Process) -> list[psutil.Process]:
-    """The run's workers: the processes its forkserver forked (harness.host)."""
+    """The run's workers: the processes its forkserver forked (harness.core.host)."""
     servers = [c for c in parent.children() if "forkserver" in " ".join(c.cmdline())]
     return [w for s in servers for w in s.children()]
 

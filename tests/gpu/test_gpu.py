@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from harness import gpucheck
-from harness.timing import DeviceTimer
+from harness.core.timing import DeviceTimer
 from tests.helpers.cli import ROOT, run_cli
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device visible")

@@ -27,10 +27,10 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from harness.models import build_layers
+from harness.core.models import build_layers
 from harness.strategies.ashpipe import plateau
 from harness.runtime.partition import stage_ranges
-from harness.training import carry_schedule, clip_gradients, make_optimizer, summed_loss
+from harness.core.training import carry_schedule, clip_gradients, make_optimizer, summed_loss
 
 
 def reference_switch(spec, batches, window: int, threshold: float) -> int | None:

@@ -6,11 +6,11 @@ import os
 
 import torch
 
-from harness import comm
-from harness.host import start_workers
-from harness.metrics import track_cpu_allocations
-from harness.models import build_layers
-from harness.training import clip_gradients, make_optimizer, summed_loss, with_precision
+from harness.core import comm
+from harness.core.host import start_workers
+from harness.metrics.meter import track_cpu_allocations
+from harness.core.models import build_layers
+from harness.core.training import clip_gradients, make_optimizer, summed_loss, with_precision
 
 
 def _entry(rank: int, world_size: int, fn, args) -> None:

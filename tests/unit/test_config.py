@@ -15,7 +15,7 @@ from omegaconf.errors import ConfigKeyError, ValidationError
 from harness.config import schema
 from harness import digits
 from harness.config.registry import CONFIG_DIR, strategy_classes
-from harness.errors import ConfigError
+from harness.core.errors import ConfigError
 from tests.helpers.cli import compose_config, make_spec
 
 

@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from harness.config.schema import DataConfig
-from harness import data
-from harness.data import BatchOrder, check_available, load, train_size, write_cifar100
-from harness.training import replica_slice
-from harness.errors import ConfigError
+from harness.core import data
+from harness.core.data import BatchOrder, check_available, load, train_size, write_cifar100
+from harness.core.training import replica_slice
+from harness.core.errors import ConfigError
 
 
 def test_synthetic_is_cifar_shaped_and_deterministic():

@@ -7,12 +7,12 @@ import pytest
 import torch
 from torch import nn
 
-from harness.comm import Comm, DistContext, Pending
+from harness.core.comm import Comm, DistContext, Pending
 from harness.config.schema import ModelConfig
-from harness.errors import ConfigError
-from harness.planning.flops import gpu_peak, layer_flops, measured_matmul_peak, utilisation
-from harness.timing import DeviceTimer
-from harness.training import Autocast, summed_loss, with_precision
+from harness.core.errors import ConfigError
+from harness.metrics.flops import gpu_peak, layer_flops, measured_matmul_peak, utilisation
+from harness.core.timing import DeviceTimer
+from harness.core.training import Autocast, summed_loss, with_precision
 from tests.helpers.cli import make_spec
 
 MICRO = ModelConfig(name="vit_micro", embed_dim=64, depth=4, num_heads=4, mlp_ratio=2.0)
@@ -108,7 +108,7 @@ def test_gloo_waits_carry_the_timeout():
 
 
 def test_busy_time_is_the_union_of_work_and_the_rest_is_idle():
-    from harness.metrics import busy_blocks
+    from harness.metrics.meter import busy_blocks
 
     ms = 1_000_000
     ops = [(0, 4 * ms, "GPU"), (2 * ms, 5 * ms, "GPU"), (7 * ms, 8 * ms, "GPU")]  # overlap counts once

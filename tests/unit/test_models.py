@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from harness.config.schema import ModelConfig
-from harness.models import build_layers, build_timm_vit, count_parameters, num_layers
+from harness.core.models import build_layers, build_timm_vit, count_parameters, num_layers
 from tests.helpers.cli import compose_config
 
 

@@ -3,7 +3,7 @@ import itertools
 import pytest
 import torch
 
-from harness.errors import ConfigError
+from harness.core.errors import ConfigError
 from harness.planning.planner import LayerProfile, Network, Profile, plan, stage_cost
 from harness.runtime.partition import balanced_boundaries, measure_layer_costs, stage_ranges
 from harness.strategies.layout import check_boundaries, resolve_recompute

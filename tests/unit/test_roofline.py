@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from harness.planning import roofline
-from harness.planning.flops import layer_flops
-from harness.models import build_layers
+from harness.metrics.flops import layer_flops
+from harness.core.models import build_layers
 from harness.planning.planner import Network
 
 

@@ -238,7 +238,7 @@ def test_hippie_recomputation_rule_reaches_the_simulated_layout():
 
 
 def test_a_profile_of_another_depth_is_refused_in_one_line():
-    from harness.errors import ConfigError
+    from harness.core.errors import ConfigError
 
     spec = make_spec("strategy=hippie", "world_size=2")
     with pytest.raises(ConfigError, match="the profile has 4 layers but vit_micro as configured has 6"):

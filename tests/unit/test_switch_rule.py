@@ -2,7 +2,7 @@
 
 import pytest
 
-from harness.errors import ConfigError
+from harness.core.errors import ConfigError
 from harness.strategies.ashpipe import plateau, switch_step
 from tests.helpers.cli import make_spec
 

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from harness.errors import ConfigError
+from harness.core.errors import ConfigError
 
 
 def summed_loss(logits: torch.Tensor, y: torch.Tensor, global_batch: int, label_smoothing: float = 0.0) -> torch.Tensor:

@@ -23,7 +23,7 @@ from torchvision.datasets import CIFAR100
 from torchvision.transforms.v2 import functional as tvf
 from torchvision.datasets.utils import check_integrity
 
-from harness.errors import ConfigError
+from harness.core.errors import ConfigError
 
 # CIFAR-100 channel statistics (used for both data sets, so inputs look alike)
 _MEAN = torch.tensor([0.5071, 0.4865, 0.4409]).view(1, 3, 1, 1)

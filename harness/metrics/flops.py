@@ -28,7 +28,7 @@ import time
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from harness.models import build_layers
+from harness.core.models import build_layers
 
 # (pattern on torch.cuda.get_device_name, {precision: dense FLOP/s}), first match wins
 GPU_PEAKS: list[tuple[str, dict[str, float]]] = [
@@ -85,8 +85,8 @@ def gpu_peak(name: str, precision: str) -> tuple[float | None, str]:
         if re.search(pattern, name):
             if precision in peaks:
                 return peaks[precision], f"{name}: datasheet dense {precision}"
-            return None, f"{name}: no {precision} peak in harness.planning.flops.GPU_PEAKS (no MFU)"
-    return None, f"{name}: not in harness.planning.flops.GPU_PEAKS (no MFU)"
+            return None, f"{name}: no {precision} peak in harness.metrics.flops.GPU_PEAKS (no MFU)"
+    return None, f"{name}: not in harness.metrics.flops.GPU_PEAKS (no MFU)"
 
 
 def measured_matmul_peak(device: torch.device, precision: str, n: int = 512, budget_s: float = 0.3) -> float:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from harness.errors import ConfigError
+from harness.core.errors import ConfigError
 
 
 def checkpoint_folder(path: str) -> str:

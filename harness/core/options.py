@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from harness.errors import ConfigError
+from harness.core.errors import ConfigError
 
 
 def choice(default: Any, *allowed: str) -> Any:

@@ -1,0 +1,5 @@
+"""What a run measures, measured one way for every strategy.
+
+meter   per-rank step measurements: live training memory, idle time and compute spans, RSS
+flops   training FLOPs per step and the device peak they are judged against (MFU, HFU)
+"""
