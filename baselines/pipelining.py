@@ -1,16 +1,12 @@
 """PyTorch's own pipeline: torch.distributed.pipelining, as its users run it.
 
 ``PipelineStage`` over the same layer list, cut by the same rule as our runtime,
-with any of the library's schedules (``strategy.schedule``):
-
-- one stage per rank: ``gpipe`` (``ScheduleGPipe``), ``1f1b`` (``Schedule1F1B``);
-- ``strategy.stages_per_rank`` (v) stages per rank, ``v x strategy.stages`` stages
-  in all: ``interleaved_1f1b``, ``looped_bfs`` and ``zero_bubble`` (interleaved
-  ZB1P) in loop placement (stage i on rank i mod P), ``zbv`` and ``dualpipev`` in
-  V placement (rank r holds stages r and 2P-1-r; exactly two per rank). The
-  zero-bubble family splits each backward into its input- and weight-gradient
-  parts (:mod:`harness.runtime.torch_schedules` has their action lists, the
-  library's own).
+with any of the library's schedules (``strategy.schedule``: every entry of the
+schedule registry, :mod:`harness.runtime.schedules`, that names a library class):
+one stage per rank (``gpipe``, ``1f1b``), or ``strategy.stages_per_rank`` (v) stages
+per rank, ``v x strategy.stages`` stages in all, in the entry's placement
+(interleaved 1F1B, looped BFS, ZB1P, ZB-V, DualPipeV). The zero-bubble family
+splits each backward into its input- and weight-gradient parts.
 
 Data parallelism across pipeline replicas: with ``world_size = stages * n`` there
 are n pipelines, each stage module wrapped in DDP over its n replicas (pipelining
@@ -29,7 +25,7 @@ from typing import Optional
 
 import torch
 from torch import nn
-from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+from torch.distributed.pipelining import PipelineStage
 from torch.distributed.pipelining.schedules import get_schedule_class
 from torch.nn.parallel import DistributedDataParallel
 
@@ -37,8 +33,7 @@ from harness.core.comm import new_group
 from harness.core.errors import ConfigError
 from harness.metrics.meter import optimizer_state_tensors
 from harness.core.options import bounded, choice
-from harness.runtime import schedule as sch
-from harness.runtime import torch_schedules
+from harness.runtime import schedules, torch_schedules
 from harness.runtime.executor import StageModule
 from harness.runtime.partition import stage_ranges
 from harness.runtime.topology import Topology
@@ -47,13 +42,10 @@ from harness.strategies.layout import (check_layout, micro_batch_samples, recomp
                                        simulated_pipeline, uniform_replicas)
 from harness.core.training import PRECISIONS, clip_gradients, eval_counts, make_optimizer, mean_loss, with_precision
 
-_SINGLE = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
-SCHEDULES = (*_SINGLE, *torch_schedules.MULTI)
-
-
 @dataclass
 class PipeliningKeys(PipelineKeys):
-    schedule: str = choice("1f1b", *SCHEDULES)
+    # every schedule of the registry the library has (harness.runtime.schedules)
+    schedule: str = choice("1f1b", *schedules.names(library=True))
     # stages each rank holds (v): 1 for gpipe and 1f1b; unset: 2 for the multi-stage schedules
     stages_per_rank: Optional[int] = bounded(None, 1)
 
@@ -66,16 +58,18 @@ class PipeliningStrategy(Strategy):
     def complete(cls, spec) -> None:
         st = spec.strategy
         if st.stages_per_rank is None:
-            st.stages_per_rank = 1 if st.schedule in _SINGLE else 2
+            st.stages_per_rank = schedules.get(st.schedule).default_stages_per_rank
 
     @classmethod
     def check(cls, spec) -> None:
         st, m = spec.strategy, spec.train.micro_batches
         replicas = uniform_replicas(spec)
         P, n, v = len(replicas), replicas[0], st.stages_per_rank
-        if st.schedule in _SINGLE and v != 1:
+        kind = schedules.get(st.schedule)
+        if kind.placement == "one" and v != 1:
+            several = [s for s in schedules.names(library=True) if schedules.get(s).placement != "one"]
             raise ConfigError(f"strategy.schedule={st.schedule} runs one stage per rank; set strategy.stages_per_rank=1 "
-                              f"or use a schedule with several: {', '.join(torch_schedules.MULTI)}")
+                              f"or use a schedule with several: {', '.join(several)}")
         check_layout(spec, replicas, stages_per_rank=v)
         B = spec.train.global_batch
         if B % (n * m):
@@ -83,20 +77,19 @@ class PipeliningStrategy(Strategy):
                 f"torch.distributed.pipelining needs equal micro-batches: train.global_batch={B} must be divisible by "
                 f"{n} pipeline replica(s) x {m} micro-batches; use a multiple of {n * m}"
             )
-        if n > 1 and torch_schedules.splits_backward(st.schedule):
+        if n > 1 and kind.splits_backward:
             raise ConfigError(
                 f"strategy.schedule={st.schedule} splits the backward, which skips the hooks DDP reduces gradients "
                 f"with (torch 2.14, pytorch/pytorch#144530: replicas end a step with different weights); run one "
                 f"pipeline, world_size={P}, or interleaved_1f1b or looped_bfs across {n} replicas")
-        if st.schedule in _SINGLE:
+        if kind.placement == "one":
             if m < P:
                 raise ConfigError(f"torch.distributed.pipelining's schedules need at least one micro-batch per stage: "
                                   f"train.micro_batches={m} with {P} stages; set train.micro_batches>={P}")
             return
         try:  # the library's own rules, by building its schedule; then a replay proves it finishes
-            lists = torch_schedules.action_lists(st.schedule, P, v, m)
-            sch.simulate([list(a) for a in lists], placement=torch_schedules.placement(st.schedule, P, v))
-        except (torch_schedules.ScheduleError, sch.Deadlock) as e:
+            kind.check(P, v, m)
+        except schedules.ScheduleError as e:
             raise ConfigError(f"strategy.schedule={st.schedule} cannot run train.micro_batches={m} on {P} rank(s) x "
                               f"{v} stage(s) per rank: {e}") from None
 
@@ -115,27 +108,6 @@ class PipeliningStrategy(Strategy):
         return ", ".join(parts)
 
     @classmethod
-    def analytic_bubble(cls, spec, stages: int) -> float:
-        """1F1B's and GPipe's (p-1)/(m+p-1); for the multi-stage schedules the library's action lists
-        replayed with the textbook balanced costs (a forward, an input-gradient and a weight-gradient
-        part one unit each, every stage alike, transfers free), which gives interleaving's
-        (p-1)/(vm+p-1) and what the zero-bubble schedules leave on paper."""
-        replay = cls.replayed_schedule(spec, stages)
-        if spec.strategy.schedule in _SINGLE or replay is None:
-            return super().analytic_bubble(spec, stages)
-        timeline = sch.simulate(*replay[:1], placement=replay[1])
-        return sum(timeline.idle_fraction(p) for p in range(stages)) / stages
-
-    @classmethod
-    def replayed_schedule(cls, spec, stages: int):
-        st = spec.strategy
-        if st.schedule in _SINGLE:
-            return super().replayed_schedule(spec, stages)
-        v = st.stages_per_rank
-        lists = torch_schedules.action_lists(st.schedule, stages, v, spec.train.micro_batches)
-        return [list(a) for a in lists], torch_schedules.placement(st.schedule, stages, v)
-
-    @classmethod
     def simulated(cls, spec, profile, cluster):
         # DDP across pipeline replicas overlaps the all-reduce with the last backward
         return simulated_pipeline(spec, profile, uniform_replicas(spec), spec.strategy.schedule, hides_allreduce=True,
@@ -151,8 +123,8 @@ class PipeliningStrategy(Strategy):
         # this rank's position in its pipeline (a "stage" for the harness's per-rank figures)
         self.stage, self.replica = topo.stage_of(ctx.rank), topo.replica_of(ctx.rank)
         self.n_replicas, self.num_stages = n, S
-        self.stage_indices = ([self.stage] if st.schedule in _SINGLE
-                              else torch_schedules.stages_of(st.schedule, P, v, self.stage))
+        kind = schedules.get(st.schedule)
+        self.stage_indices = kind.stages_of(P, v, self.stage)
 
         self.partition = resolve_boundaries(spec, layers, ctx, comm, [n] * S)
         ranges = stage_ranges(self.partition.boundaries, len(layers))
@@ -189,13 +161,13 @@ class PipeliningStrategy(Strategy):
         self.local_batch = spec.train.global_batch // n
         # shapes are inferred by pipelining on the first (untimed) step, as its users run it
         self._eval_order = None
-        if st.schedule in _SINGLE:
-            self.schedule = _SINGLE[st.schedule](pipe_stages[0], n_microbatches=m, loss_fn=self._loss)
+        library = get_schedule_class(kind.library)
+        if kind.placement == "one":  # the single-stage classes take one stage, the others a list
+            self.schedule = library(pipe_stages[0], n_microbatches=m, loss_fn=self._loss)
         else:
-            library = get_schedule_class(torch_schedules.MULTI[st.schedule].library_name)
             self.schedule = library(pipe_stages, n_microbatches=m, loss_fn=self._loss)
             # the runtime runs the lowered order it keeps per rank; evaluation swaps in a forward-only one
-            forward = torch_schedules.forward_only(st.schedule, P, v, m)
+            forward = kind.forward_only(P, v, m)
             self._eval_order = {r: torch_schedules.to_library(acts) for r, acts in enumerate(forward)}
         self.first, self.last = 0 in self.stage_indices, S - 1 in self.stage_indices
 
@@ -237,8 +209,10 @@ class PipeliningStrategy(Strategy):
 
     @contextlib.contextmanager
     def _evaluation_order(self):
-        """A multi-stage schedule runs :func:`harness.runtime.torch_schedules.forward_only` while
-        it evaluates (see there why), then its training order again."""
+        """A multi-stage schedule runs :meth:`harness.runtime.schedules.Schedule.forward_only` while
+        it evaluates, then its training order again: the library's own ``eval`` replays the training
+        order with its backwards skipped, which fails for the V schedules in torch 2.14 (it hands a
+        backward's output between the two local stages)."""
         if self._eval_order is None:
             yield
             return

@@ -18,9 +18,10 @@ from harness.core.models import num_layers
 from harness.planning.planner import Profile
 from harness.planning.profiling import Workload, measure_profile
 from harness.planning.roofline import GPU_MEMORY_BANDWIDTH, gpu, measured_fraction, roofline_profile
-from harness.planning.simulator import ASYNC, Cluster, RuntimeOverhead, fit_runtime_overhead, predict
+from harness.planning.simulator import Cluster, RuntimeOverhead, fit_runtime_overhead, predict
 from harness.run.calibrate import null_step_times
 from harness.runtime.partition import stage_ranges
+from harness.runtime.schedules import ASYNC
 
 
 def workload(spec: RunSpec) -> Workload:

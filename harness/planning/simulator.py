@@ -1,8 +1,8 @@
 """Scale-out predictions: the executor's own action lists, replayed with measured costs.
 
-One source of truth: the per-stage action lists come from
-:mod:`harness.runtime.schedule` (the lists the executor runs), and
-:func:`harness.runtime.schedule.simulate` replays them; this module only says
+One source of truth: the per-stage action lists come from the schedule registry
+(:mod:`harness.runtime.schedules`: the lists the executor or the library runs), and
+:func:`harness.runtime.schedule.replay` replays them; this module only says
 what each action costs on a given cluster, from a measured profile
 (:class:`harness.planning.planner.Profile`):
 
@@ -34,10 +34,8 @@ from harness.planning.planner import Network, Profile
 from harness.report.environment import environment
 from harness.report.schema import SCHEMA_VERSION
 from harness.runtime import schedule as sch
-from harness.runtime import torch_schedules
+from harness.runtime import schedules
 from harness.runtime.partition import balanced_boundaries, stage_ranges
-
-ASYNC = "async_1f1b"  # the schedule name of PipeDream-style asynchronous 1F1B (AshPipe)
 
 
 @dataclass
@@ -48,7 +46,7 @@ class SimLayout:
     replicas: list[int]  # per stage
     boundaries: list[int] | None  # first layer of stages 1..S-1 (None: balanced on the profile's costs)
     micro_batches: int
-    schedule: str  # a key of harness.runtime.schedule.SCHEDULES, or ASYNC
+    schedule: str  # a name of the schedule registry (harness.runtime.schedules)
     recompute: set[int]  # global indices of recomputed layers
     hides_allreduce: bool  # the gradient all-reduce overlaps the last backward (bucketed, as DDP does)
     stashes_weights: bool = False  # every stage but the last keeps a weight copy per minibatch in flight
@@ -58,7 +56,7 @@ class SimLayout:
     # the action lists the strategy's library issues, one per stage, where they differ from
     # ``schedule``'s own (DeepSpeed's order of transfers); None: ``schedule``'s
     lists: list[list[sch.Action]] | None = None
-    # transfers are blocking calls that meet their receive (harness.runtime.schedule.simulate)
+    # transfers are blocking calls that meet their receive (harness.runtime.schedule.replay)
     rendezvous: bool = False
 
 
@@ -222,15 +220,14 @@ def predict(profile: Profile, cluster: Cluster, layout: SimLayout, world_size: i
     if boundaries is None:
         boundaries = balanced_boundaries([l.forward_s + l.backward_s for l in layers], S) if S > 1 else []
     ranges = stage_ranges(boundaries, n_layers)
+    kind = schedules.get(layout.schedule)
+    lane_of = kind.place(P, v)
     if layout.lists is not None:
-        lists, lane_of = [list(acts) for acts in layout.lists], list(range(S))
-    elif layout.schedule in torch_schedules.MULTI:
-        lists = [list(acts) for acts in torch_schedules.action_lists(layout.schedule, P, v, micro_batches)]
-        lane_of = torch_schedules.placement(layout.schedule, P, v)
-    elif layout.schedule == ASYNC:
-        lists, lane_of = None, list(range(S))
+        lists = [list(acts) for acts in layout.lists]
+    elif kind.asynchronous:
+        lists = None  # replayed below over enough minibatches to reach the steady state
     else:
-        lists, lane_of = sch.SCHEDULES[layout.schedule](S, micro_batches), list(range(S))
+        lists = kind.lists(P, v, micro_batches)
     stages_of_lane = [[s for s in range(S) if lane_of[s] == p] for p in range(P)]
     splits = any(a.op in (sch.BWD_I, sch.BWD_W) for acts in lists or [] for a in acts)
     if splits and any(l.backward_input_s is None for l in layers):
@@ -241,7 +238,7 @@ def predict(profile: Profile, cluster: Cluster, layout: SimLayout, world_size: i
     # the same device took, or each stage's own steady-state pass where the profile timed this cut
     # of one stage per rank (as 1F1B and AshPipe run it); the optimizer update is measured on its
     # own (once per STEP)
-    one_f_one_b = v == 1 and set(replicas) == {1} and layout.schedule in ("1f1b", ASYNC)
+    one_f_one_b = v == 1 and set(replicas) == {1} and layout.schedule in ("1f1b", schedules.ASYNC)
     factor = (one_f_one_b and profile.stage_factors_for(boundaries)) or [profile.step_factor] * S
     opt_s = profile.optimizer_s_per_byte / cluster.compute_scale
     # samples one replica of each stage computes per micro-batch
@@ -260,7 +257,7 @@ def predict(profile: Profile, cluster: Cluster, layout: SimLayout, world_size: i
     def bwd_part(s: int, a: sch.Action) -> float:
         """The input- or weight-gradient part, as the library runs it (harness.runtime.torch_schedules)."""
         if s == 0:  # the first stage's I does nothing, its W runs the whole backward
-            return bwd(s) * torch_schedules.backward_part(a)
+            return bwd(s) * schedules.backward_part(a)
         if a.op == sch.BWD_I:
             return layer_sum(s, lambda i: layers[i].backward_input_s + (layers[i].forward_s if i in recompute else 0.0))
         return layer_sum(s, lambda i: layers[i].backward_weight_s)
@@ -318,16 +315,16 @@ def predict(profile: Profile, cluster: Cluster, layout: SimLayout, world_size: i
     # where the sender computes then (measured on the profiled host)
     gloo = cluster.comm_uses_compute
     busy_sender = profile.network.late_receive_s if cluster.host_overhead else 0.0
-    if layout.schedule == ASYNC:
+    if kind.asynchronous:
         n = 4 * S + 8
-        timeline = sch.simulate(sch.async_1f1b(S, n), cost, gloo, wake=wake, receiver_driven=gloo,
+        timeline = sch.replay(kind.lists(S, 1, n), cost, gloo, wake=wake, receiver_driven=gloo,
                                 busy_sender_s=busy_sender)
         # steady state: the interval between consecutive optimizer steps on the busiest stage
         steps = {s: [e.end for e in timeline.stage_events(s) if e.action.op == sch.STEP] for s in range(S)}
         window = slice(2 * S, n - S)
         iteration = max((v[window][-1] - v[window][0]) / (len(v[window]) - 1) for v in steps.values())
     else:
-        timeline = sch.simulate(lists, cost, gloo, placement=lane_of, rendezvous=layout.rendezvous, wake=wake,
+        timeline = sch.replay(lists, cost, gloo, placement=lane_of, rendezvous=layout.rendezvous, wake=wake,
                                 receiver_driven=gloo, busy_sender_s=busy_sender)
         iteration = timeline.makespan
     span = timeline.makespan
@@ -352,41 +349,6 @@ def predict(profile: Profile, cluster: Cluster, layout: SimLayout, world_size: i
         memory.append(resident * (2 + profile.optimizer_state_per_param_byte) + stash + timeline.peak_live(p, kept))
     return Prediction(layout.strategy, world_size, global_batch, micro_batches, list(replicas), list(boundaries),
                       iteration, bubble, comm, memory, timeline)
-
-
-def replayed_bubble(schedules: list[list[sch.Action]], busy: list[dict[str, float]],
-                    placement: list[int] | None = None) -> float | None:
-    """The idle fraction of ``schedules`` replayed with the time each list (a stage, or a rank
-    holding several) spent computing in a profiled step, transfers free: the bubble the schedule
-    itself leaves a run whose stages take these times. A run's measured idle above it is what
-    the replay leaves out (transfers, waiting on peers, per-action overhead).
-
-    ``busy[lane]`` holds the measured seconds of each kind of work (``F``, ``B``, ``STEP``, and
-    ``I`` and ``W`` where a split backward's parts were timed apart); each kind's time is shared
-    among the lane's actions of that kind, a backward's parts by the share of the backward each
-    computes (one pool for all backward actions where the parts were not timed apart). The
-    optimizer step counts as work, as it does in the measured figure."""
-    backward = (sch.BWD, sch.BWD_I, sch.BWD_W)
-
-    def weight(a: sch.Action) -> float:
-        return torch_schedules.backward_part(a) if a.op in backward else 1.0
-
-    per_action = []
-    for acts, spent in zip(schedules, busy):
-        split = sch.BWD_I in spent or sch.BWD_W in spent
-        pool = {op: op if split or op not in backward else sch.BWD for op in {a.op for a in acts}}
-        totals: dict[str, float] = {}
-        for a in acts:
-            totals[pool[a.op]] = totals.get(pool[a.op], 0.0) + weight(a)
-        unit = {op: spent.get(op, 0.0) / total for op, total in totals.items() if total > 0}
-        per_action.append({op: unit.get(kind, 0.0) for op, kind in pool.items()})
-    timeline = sch.simulate(schedules, lambda p, a: per_action[p].get(a.op, 0.0) * weight(a), placement=placement)
-    if timeline.makespan <= 0:
-        return None
-    lanes = len(schedules)
-    work = (sch.STEP, *sch.COMPUTE)
-    done = sum(e.end - e.start for p in range(lanes) for e in timeline.stage_events(p) if e.action.op in work)
-    return 1 - done / (lanes * timeline.makespan)
 
 
 def fit_runtime_overhead(cluster: Cluster, runs: list[tuple[SimLayout, int, int, float, Profile]]) -> tuple[float, float]:

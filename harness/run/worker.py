@@ -23,7 +23,7 @@ from harness.core.host import threads_per_process
 from harness.metrics.meter import StepMeter, job_idle_fractions, peak_rss_bytes, step_time_summary, track_cpu_allocations
 from harness.core.models import build_layers, count_parameters
 from harness.metrics.flops import device_peak, layer_flops, utilisation
-from harness.planning.simulator import replayed_bubble
+from harness.runtime.schedules import replayed_bubble
 from harness.run import preemption
 from harness.run.progress import StepProgress
 from harness.core.timing import DeviceTimer

@@ -1,6 +1,8 @@
 """Runs one stage's action list on one rank.
 
-Each action maps to one method (``_RECV_F``, ``_F``, ...). Tensors move only
+Each action kind maps to one method through one explicit table
+(:attr:`StageExecutor.ACTIONS`); a schedule with an action kind the table lacks is
+refused before any process starts (:meth:`StageExecutor.unsupported`). Tensors move only
 through :class:`harness.core.comm.Comm`, with the pieces and shapes fixed by the
 topology and the per-sample activation shapes computed once at build time.
 Per action the executor marks its start and end on the device timer
@@ -306,7 +308,7 @@ class StageExecutor:
         with torch.set_grad_enabled(training):
             for action in actions:
                 t0 = self.timer.mark()
-                getattr(self, "_" + action.op)(action)
+                self.ACTIONS[action.op](self, action)
                 kind = _KIND.get(action.op)
                 self._spans.append((str(action), kind, t0, self.timer.mark()))
         t0 = self.timer.mark()
@@ -361,7 +363,7 @@ class StageExecutor:
         try:
             with torch.no_grad():
                 for action in actions:
-                    getattr(self, "_" + action.op)(action)
+                    self.ACTIONS[action.op](self, action)
             self._wait_sends()
             return self._run
         finally:
@@ -523,3 +525,13 @@ class StageExecutor:
         self.optimizer.step()
         self.grads.zero()
         self._spans.append((None, "compute_s", t0, self.timer.mark()))
+
+    # every action kind this executor runs, and the method that runs it (DeepSpeed's engine keeps
+    # the same kind of table); a schedule with another kind is refused before launch
+    ACTIONS = {sch.RECV_F: _RECV_F, sch.FWD: _F, sch.SEND_F: _SEND_F, sch.RECV_B: _RECV_B, sch.BWD: _B,
+               sch.SEND_B: _SEND_B, sch.STEP: _STEP}
+
+    @classmethod
+    def unsupported(cls, lists: list[list[sch.Action]]) -> list[str]:
+        """The action kinds of ``lists`` this executor has no method for (empty: it runs them all)."""
+        return sorted({a.op for acts in lists for a in acts} - set(cls.ACTIONS))

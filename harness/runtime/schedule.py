@@ -1,15 +1,15 @@
-"""Pipeline schedules as plain data, and a simulator that checks and times them.
+"""Pipeline schedules as plain data, and a replay that checks and times them.
 
 A schedule is one list of :class:`Action` per stage (all replicas of a stage
-run the same list). The executor maps each action to one method; the
-simulator replays the same lists with a cost per action, which is how tests
-prove deadlock-freedom and bubble sizes without processes, and how the
-scale-out simulator predicts runs it cannot make.
+run the same list). The executor maps each action to one method; :func:`replay`
+runs the same lists with a cost per action, which is how tests prove
+deadlock-freedom and bubble sizes without processes, and how the scale-out
+simulator (:mod:`harness.planning.simulator`) predicts runs it cannot make. The
+registry of named schedules is :mod:`harness.runtime.schedules`.
 
-Where a rank holds several stages (interleaved and V-shaped schedules,
-:mod:`harness.runtime.torch_schedules`) the lists are one per rank and each
-action names its stage (``Action.stage``); the simulator is told which rank
-holds which stage. The zero-bubble family splits a backward into its
+Where a rank holds several stages (interleaved and V-shaped schedules) the lists
+are one per rank and each action names its stage (``Action.stage``); the replay
+is told which rank holds which stage. The zero-bubble family splits a backward into its
 input-gradient part (``I``, what the previous stage waits for) and its
 weight-gradient part (``W``, free to fill a bubble).
 
@@ -97,9 +97,6 @@ def one_f_one_b(num_stages: int, micro_batches: int) -> list[list[Action]]:
         acts.append(Action(STEP))
         out.append(acts)
     return out
-
-
-SCHEDULES: dict[str, Callable[[int, int], list[list[Action]]]] = {"gpipe": gpipe, "1f1b": one_f_one_b}
 
 
 # PipeDream-style asynchronous 1F1B (AshPipe): one minibatch at a time, no flush.
@@ -205,7 +202,7 @@ def unit_cost(stage: int, action: Action) -> float:
 _UNIT = {FWD: 1.0, BWD: 2.0, BWD_I: 1.0, BWD_W: 1.0}
 
 
-def simulate(schedules: list[list[Action]], cost: Callable[[int, Action], float] = unit_cost,
+def replay(schedules: list[list[Action]], cost: Callable[[int, Action], float] = unit_cost,
              blocking_sends: bool = False, placement: list[int] | None = None, rendezvous: bool = False,
              wake: Callable[[float], float] | None = None, receiver_driven: bool = False,
              busy_sender_s: float = 0.0) -> Timeline:

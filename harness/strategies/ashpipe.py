@@ -53,12 +53,15 @@ from harness.core.options import bounded, choice
 from harness.core.models import build_layers
 from harness.planning.planner import Network, Profile, data_parallel_cost, plan
 from harness.planning.profiling import measure_network, profile_layers
-from harness.planning.simulator import ASYNC, SimLayout, scaled_profile
+from harness.planning.simulator import SimLayout, scaled_profile
 from harness.runtime import schedule as sch
+from harness.runtime import schedules
+from harness.runtime.schedules import ASYNC
 from harness.runtime.executor import Clip, GradBuckets, GradSync, StageExecutor
 from harness.runtime.stage import build_stage
 from harness.strategies.base import Strategy, StrategyConfig, summed_eval
-from harness.strategies.layout import Partition, check_layout, pipeline_layout, simulated_pipeline, visiting
+from harness.strategies.layout import (Partition, check_layout, pipeline_layout, refuse_unrunnable, simulated_pipeline,
+                                      visiting)
 from harness.core.training import (PRECISIONS, carry_schedule, clip_gradients, delay_lr_scale, eval_counts, make_optimizer,
                               replica_slice, summed_loss, with_precision)
 
@@ -161,6 +164,9 @@ class AshPipeStrategy(Strategy):
             check_layout(spec, list(st.replicas))
         elif spec.world_size > spec.train.global_batch:
             raise ConfigError(f"world_size={spec.world_size} exceeds train.global_batch={spec.train.global_batch}")
+        # a minibatch per stage and one more: every action kind of the schedule, for the executor's check
+        stages = len(st.replicas) if st.replicas is not None else min(2, spec.world_size)
+        refuse_unrunnable(schedules.get(ASYNC), stages, 1, stages + 1)
         given = [f"strategy.{key}={getattr(st, key)}" for key in _SWITCH_KEYS if getattr(st, key) is not None]
         if len(given) > 1:
             raise ConfigError(f"{' and '.join(given)} both say when to switch; give one")
@@ -190,11 +196,6 @@ class AshPipeStrategy(Strategy):
     def samples_per_forward(cls, spec) -> int:
         st = spec.strategy
         return max(1, spec.train.global_batch // (min(st.replicas) if st.replicas is not None else spec.world_size))
-
-    @classmethod
-    def analytic_bubble(cls, spec, stages: int) -> float:
-        # no flush: once the pipeline is full every stage has work at every step
-        return 0.0
 
     @classmethod
     def variant(cls, spec) -> str:

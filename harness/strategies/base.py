@@ -42,6 +42,7 @@ from harness.core.options import bounded
 from harness.planning.planner import Profile
 from harness.planning.simulator import Cluster, SimLayout
 from harness.runtime import schedule as sch
+from harness.runtime import schedules
 
 
 @dataclass
@@ -124,22 +125,38 @@ class Strategy(ABC):
         return ""
 
     @classmethod
+    def schedule(cls, spec) -> tuple[schedules.Schedule, int] | None:
+        """The registry's entry of the pipeline schedule this run follows, with its stages per
+        rank; None for a strategy without one (data parallelism)."""
+        name = getattr(spec.strategy, "schedule", None)
+        if name not in schedules.SCHEDULES:
+            return None
+        kind = schedules.SCHEDULES[name]
+        return kind, getattr(spec.strategy, "stages_per_rank", None) or kind.default_stages_per_rank
+
+    @classmethod
     def analytic_bubble(cls, spec, stages: int) -> float:
         """The idle fraction a balanced pipeline of this kind has on paper, over ``stages`` ranks
-        per pipeline: (p - 1) / (m + p - 1) for a synchronous pipeline that flushes every step
-        (0 without stages to wait for)."""
-        return (stages - 1) / (spec.train.micro_batches + stages - 1)
+        per pipeline (the schedule's own, :meth:`harness.runtime.schedules.Schedule.analytic_bubble`);
+        (p - 1) / (m + p - 1) for a synchronous pipeline without a registered schedule, 0 without
+        stages to wait for."""
+        found = cls.schedule(spec)
+        if found is None:
+            return (stages - 1) / (spec.train.micro_batches + stages - 1)
+        kind, v = found
+        return kind.analytic_bubble(stages, v, spec.train.micro_batches)
 
     @classmethod
     def replayed_schedule(cls, spec, stages: int) -> tuple[list[list[sch.Action]], list[int] | None] | None:
         """The action lists a run of this strategy follows, one per rank position of a pipeline, to
         replay its measured costs (``bubble_replayed``), with the rank position of each stage where
-        a rank holds several (else None): a pipeline's ``strategy.schedule`` over
-        ``train.micro_batches``; None where there is no synchronous pipeline schedule to replay."""
-        schedule = getattr(spec.strategy, "schedule", None)
-        if stages < 2 or schedule not in sch.SCHEDULES:
+        a rank holds several (else None): a pipeline's schedule over ``train.micro_batches``; None
+        where there is no synchronous pipeline schedule to replay."""
+        found = cls.schedule(spec)
+        if stages < 2 or found is None or found[0].asynchronous:
             return None
-        return sch.SCHEDULES[schedule](stages, spec.train.micro_batches), None
+        kind, v = found
+        return kind.lists(stages, v, spec.train.micro_batches), kind.placement_of(stages, v)
 
     @classmethod
     def simulated(cls, spec, profile: Profile, cluster: Cluster) -> SimLayout:

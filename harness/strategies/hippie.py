@@ -22,11 +22,12 @@ import torch
 from harness.core.errors import ConfigError
 from harness.metrics.meter import optimizer_state_tensors
 from harness.core.options import bounded
-from harness.runtime import schedule as sch
+from harness.runtime import schedules
 from harness.runtime.executor import Clip, GradBuckets, GradSync, StageExecutor
 from harness.runtime.stage import build_stage
 from harness.strategies.base import PipelineKeys, Strategy, summed_eval
-from harness.strategies.layout import check_layout, micro_batch_samples, pipeline_layout, simulated_pipeline, uniform_replicas
+from harness.strategies.layout import (check_layout, micro_batch_samples, pipeline_layout, refuse_unrunnable,
+                                      simulated_pipeline, uniform_replicas)
 from harness.core.training import PRECISIONS, make_optimizer, with_precision
 
 
@@ -61,14 +62,19 @@ class HippieStrategy(Strategy):
                                       dtype=PRECISIONS[spec.train.precision], label_smoothing=spec.train.label_smoothing,
                                       clip=clip if spec.train.grad_clip_norm else None)
         S, m = self.plan.topo.num_stages, layout.micro_batches
-        self.train_actions = sch.SCHEDULES[spec.strategy.schedule](S, m)[self.plan.stage]
-        self.eval_actions = sch.forward_only(S, m)[self.plan.stage]
+        kind = schedules.get(spec.strategy.schedule)
+        self.train_actions = kind.lists(S, 1, m)[self.plan.stage]
+        self.eval_actions = kind.forward_only(S, 1, m)[self.plan.stage]
 
     @classmethod
     def check(cls, spec) -> None:
-        if spec.strategy.schedule not in sch.SCHEDULES:
-            raise ConfigError(f"strategy.schedule={spec.strategy.schedule} is not one of {', '.join(sch.SCHEDULES)}")
-        check_layout(spec, uniform_replicas(spec))
+        name, replicas = spec.strategy.schedule, uniform_replicas(spec)
+        ours = schedules.names(ours=True)
+        if name not in ours:
+            raise ConfigError(f"strategy.schedule={name} is not one of {', '.join(ours)} (the synchronous schedules "
+                              "of our runtime)")
+        check_layout(spec, replicas)
+        refuse_unrunnable(schedules.get(name), len(replicas), 1, spec.train.micro_batches)
 
     @classmethod
     def samples_per_forward(cls, spec) -> int:

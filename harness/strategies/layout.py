@@ -25,7 +25,9 @@ from harness.core.errors import ConfigError
 from harness.core.models import activation_shapes, num_layers
 from harness.planning.planner import Profile
 from harness.planning.simulator import SimLayout
+from harness.runtime.executor import StageExecutor
 from harness.runtime.partition import balanced_boundaries, measure_layer_costs, stage_ranges
+from harness.runtime.schedules import Schedule, ScheduleError
 from harness.runtime.stage import PipelineLayout
 from harness.core.training import with_precision
 
@@ -94,6 +96,21 @@ def check_layout(spec, replicas: list[int], stages_per_rank: int = 1) -> None:
             f"raise train.global_batch to at least {t.micro_batches * max(replicas)} or lower train.micro_batches"
         )
     resolve_recompute(getattr(st, "recompute", "none"), n_layers, (0, n_layers), last_stage=False)
+
+
+def refuse_unrunnable(kind: Schedule, ranks: int, stages_per_rank: int, micro_batches: int) -> None:
+    """Refuse before launch a schedule our executor cannot run: one that cannot take this shape or
+    cannot finish (replayed without processes), or one with an action kind the executor has no
+    method for."""
+    try:
+        lists = kind.check(ranks, stages_per_rank, micro_batches)
+    except ScheduleError as e:
+        raise ConfigError(f"strategy.schedule={kind.name} cannot run train.micro_batches={micro_batches} on {ranks} "
+                          f"stage(s): {e}") from None
+    missing = StageExecutor.unsupported(lists)
+    if missing:
+        raise ConfigError(f"strategy.schedule={kind.name} has actions {', '.join(missing)} that our runtime's executor "
+                          f"does not run (it runs {', '.join(StageExecutor.ACTIONS)})")
 
 
 def resolve_recompute(rule, n_layers: int, layer_range: tuple[int, int], last_stage: bool) -> set[int]:

@@ -5,6 +5,7 @@ from dataclasses import replace
 import pytest
 
 from harness.runtime import schedule as sch
+from harness.runtime import schedules
 from harness.runtime.topology import Topology, micro_ranges, owned_range, transfers
 
 GRID = [(p, m) for p in (1, 2, 3, 4, 6) for m in (1, 2, 3, 4, 8)]
@@ -13,7 +14,7 @@ GRID = [(p, m) for p in (1, 2, 3, 4, 6) for m in (1, 2, 3, 4, 8)]
 @pytest.mark.parametrize("name", ["gpipe", "1f1b"])
 @pytest.mark.parametrize("p,m", GRID)
 def test_every_backward_follows_its_forward_and_each_micro_batch_runs_once(name, p, m):
-    for acts in sch.SCHEDULES[name](p, m):
+    for acts in schedules.get(name).lists(p, 1, m):
         fwd = [a.micro for a in acts if a.op == sch.FWD]
         bwd = [a.micro for a in acts if a.op == sch.BWD]
         assert sorted(fwd) == sorted(bwd) == list(range(m))
@@ -29,14 +30,14 @@ def test_every_backward_follows_its_forward_and_each_micro_batch_runs_once(name,
 @pytest.mark.parametrize("name", ["gpipe", "1f1b"])
 @pytest.mark.parametrize("p,m", GRID)
 def test_sends_pair_with_receives_and_the_plan_is_deadlock_free(name, p, m):
-    schedules = sch.SCHEDULES[name](p, m)
-    for s, acts in enumerate(schedules):
+    lists = schedules.get(name).lists(p, 1, m)
+    for s, acts in enumerate(lists):
         for a in acts:
             if a.op == sch.SEND_F:
-                assert sch.Action(sch.RECV_F, a.micro) in schedules[s + 1]
+                assert sch.Action(sch.RECV_F, a.micro) in lists[s + 1]
             if a.op == sch.SEND_B:
-                assert sch.Action(sch.RECV_B, a.micro) in schedules[s - 1]
-    sch.simulate(schedules)  # raises Deadlock otherwise
+                assert sch.Action(sch.RECV_B, a.micro) in lists[s - 1]
+    sch.replay(lists)  # raises Deadlock otherwise
 
 
 def test_the_simulator_detects_a_deadlock_and_an_unmatched_send():
@@ -44,9 +45,9 @@ def test_the_simulator_detects_a_deadlock_and_an_unmatched_send():
     bad = [[sch.Action(sch.RECV_B, 0), sch.Action(sch.FWD, 0), sch.Action(sch.SEND_F, 0)],
            [sch.Action(sch.RECV_F, 0), sch.Action(sch.FWD, 0), sch.Action(sch.SEND_B, 0)]]
     with pytest.raises(sch.Deadlock, match="no stage can progress"):
-        sch.simulate(bad)
+        sch.replay(bad)
     with pytest.raises(sch.Deadlock, match="never received"):
-        sch.simulate([[sch.Action(sch.FWD, 0), sch.Action(sch.SEND_F, 0)], [sch.Action(sch.FWD, 0)]])
+        sch.replay([[sch.Action(sch.FWD, 0), sch.Action(sch.SEND_F, 0)], [sch.Action(sch.FWD, 0)]])
 
 
 # stage 0 sends at 1; stage 1 computes for 5 before it reaches its receive; a send costs 1
@@ -66,14 +67,14 @@ def test_a_rendezvous_send_waits_for_its_receive_and_holds_its_sender():
         return ev[1].end, ev[2].start, timeline.stage_events(1)[2].start
 
     # a posted send arrives at 2 whenever the receiver gets to it
-    assert send_and_next_forward(sch.simulate(lists, cost, blocking_sends=True)) == (2.0, 2.0, 5.0)
+    assert send_and_next_forward(sch.replay(lists, cost, blocking_sends=True)) == (2.0, 2.0, 5.0)
     # a blocking send meets its receive at 5 and both go on at 6
-    assert send_and_next_forward(sch.simulate(lists, cost, rendezvous=True)) == (6.0, 6.0, 6.0)
+    assert send_and_next_forward(sch.replay(lists, cost, rendezvous=True)) == (6.0, 6.0, 6.0)
     # two stages sending to each other first never meet
     crossed = [[sch.Action(sch.SEND_F, 0), sch.Action(sch.RECV_B, 0)], [sch.Action(sch.SEND_B, 0), sch.Action(sch.RECV_F, 0)]]
-    sch.simulate(crossed, cost)
+    sch.replay(crossed, cost)
     with pytest.raises(sch.Deadlock, match="no stage can progress"):
-        sch.simulate(crossed, cost, rendezvous=True)
+        sch.replay(crossed, cost, rendezvous=True)
 
 
 def test_a_receiver_driven_message_moves_once_its_receive_is_reached():
@@ -83,24 +84,24 @@ def test_a_receiver_driven_message_moves_once_its_receive_is_reached():
         return timeline.stage_events(0)[1].end, timeline.stage_events(1)[2].start
 
     # the receive comes late: the message moves from 5, arrives at 6; the sender went on at once
-    assert send_and_receiver_forward(sch.simulate(lists, cost, blocking_sends=True, receiver_driven=True)) == (1.0, 6.0)
+    assert send_and_receiver_forward(sch.replay(lists, cost, blocking_sends=True, receiver_driven=True)) == (1.0, 6.0)
     # the receive is waiting (stage 1 reaches it at 0.5): the message moves at once, holding its
     # sender, and arrives at 2
     half = lambda stage, a: 0.5 if a.op == sch.BWD else cost(stage, a)
-    assert send_and_receiver_forward(sch.simulate(lists, half, blocking_sends=True, receiver_driven=True)) == (2.0, 2.0)
+    assert send_and_receiver_forward(sch.replay(lists, half, blocking_sends=True, receiver_driven=True)) == (2.0, 2.0)
     # whichever list the replay reaches first: the receiving stage listed first gives the same times
-    swapped = sch.simulate([[replace(a, stage=1) for a in lists[1]], [replace(a, stage=0) for a in lists[0]]],
+    swapped = sch.replay([[replace(a, stage=1) for a in lists[1]], [replace(a, stage=0) for a in lists[0]]],
                            lambda stage, a: cost(1 - stage, a), blocking_sends=True, receiver_driven=True,
                            placement=[1, 0])
     assert (swapped.stage_events(1)[1].end, swapped.stage_events(0)[2].start) == (1.0, 6.0)
     # crossed non-blocking sends still never deadlock
     crossed = [[sch.Action(sch.SEND_F, 0), sch.Action(sch.RECV_B, 0)], [sch.Action(sch.SEND_B, 0), sch.Action(sch.RECV_F, 0)]]
-    assert sch.simulate(crossed, cost, receiver_driven=True).makespan == 1.0
+    assert sch.replay(crossed, cost, receiver_driven=True).makespan == 1.0
 
 
 def test_a_late_receive_waits_more_while_its_sender_computes_and_not_while_it_waits():
     def receiver_forward(lists):
-        return sch.simulate(lists, _forward_1_backward_5, blocking_sends=True, receiver_driven=True, busy_sender_s=0.25).stage_events(1)[2].start
+        return sch.replay(lists, _forward_1_backward_5, blocking_sends=True, receiver_driven=True, busy_sender_s=0.25).stage_events(1)[2].start
 
     # stage 0 computes (a backward, then F1) from 1 to 7 when stage 1 reaches its receive at 5
     busy = [[sch.Action(sch.FWD, 0), sch.Action(sch.SEND_F, 0), sch.Action(sch.BWD, 1), sch.Action(sch.FWD, 1)],
@@ -126,37 +127,37 @@ def test_a_compute_action_after_a_wait_pays_the_wake_up_for_that_wait():
         waits.append(idle)
         return idle / 10
 
-    t = sch.simulate(lists, cost, wake=wake)
+    t = sch.replay(lists, cost, wake=wake)
     assert waits == [3.0]  # once, for the one wait; the backward right after pays nothing
     assert [(e.start, e.end) for e in t.stage_events(1)] == [(3.0, 3.0), (3.0, 6.3), (6.3, 7.3)]
     assert t.stage_events(0)[-1].end == 6.0
-    assert sch.simulate(lists, cost).makespan == 7.0
+    assert sch.replay(lists, cost).makespan == 7.0
 
 
 @pytest.mark.parametrize("p,m", GRID)
 def test_1f1b_keeps_at_most_p_minus_s_micro_batches_in_flight(p, m):
-    timeline = sch.simulate(sch.one_f_one_b(p, m))
+    timeline = sch.replay(sch.one_f_one_b(p, m))
     for s in range(p):
         assert timeline.max_in_flight(s) == min(p - s, m)
 
 
 @pytest.mark.parametrize("p,m", [(2, 4), (4, 4), (4, 8), (3, 5)])
 def test_gpipe_keeps_all_micro_batches_in_flight(p, m):
-    timeline = sch.simulate(sch.gpipe(p, m))
+    timeline = sch.replay(sch.gpipe(p, m))
     assert all(timeline.max_in_flight(s) == m for s in range(p))
 
 
 @pytest.mark.parametrize("name", ["gpipe", "1f1b"])
 @pytest.mark.parametrize("p,m", GRID)
 def test_unit_cost_idle_fraction_is_the_bubble_formula(name, p, m):
-    timeline = sch.simulate(sch.SCHEDULES[name](p, m))
+    timeline = sch.replay(schedules.get(name).lists(p, 1, m))
     assert timeline.makespan == 3 * (m + p - 1)  # a forward one unit, a backward two
     for s in range(p):
         assert timeline.idle_fraction(s) == pytest.approx((p - 1) / (m + p - 1))
 
 
 def test_text_timeline():
-    text = sch.render(sch.simulate(sch.one_f_one_b(2, 3)))
+    text = sch.render(sch.replay(sch.one_f_one_b(2, 3)))
     lines = text.splitlines()
     assert lines[0].startswith("stage 0: F0  F1  .   .   B0  B0  F2  B1  B1  .   B2  B2")
     assert lines[1].startswith("stage 1: .   F0  B0  B0  F1  B1  B1  F2  B2  B2")
@@ -175,3 +176,34 @@ def test_transfers_cover_each_sample_once_between_overlapping_replicas(replicas,
             assert s_lo <= t.lo < t.hi <= s_hi and d_lo <= t.lo < t.hi <= d_hi
     if replicas[0] == replicas[1]:
         assert all(topo.replica_of(t.src) == topo.replica_of(t.dst) for t in transfers(topo, batch, m, 0, 0))
+
+
+def test_every_schedule_the_registry_gives_our_runtime_has_only_actions_its_executor_runs():
+    from harness.runtime.executor import StageExecutor
+
+    for name in schedules.names(ours=True, asynchronous=None):
+        assert StageExecutor.unsupported(schedules.get(name).lists(3, 1, 4)) == [], name
+    # the split backward's parts are the library's until our executor maps them
+    assert StageExecutor.unsupported(schedules.get("zbv").lists(2, 2, 4)) == ["I", "W"]
+
+
+def test_an_action_kind_the_executor_lacks_is_refused_before_launch_in_one_line():
+    from harness.core.errors import ConfigError
+    from harness.strategies.layout import refuse_unrunnable
+
+    refuse_unrunnable(schedules.get("1f1b"), 2, 1, 4)  # runs
+    with pytest.raises(ConfigError, match="has actions I, W that our runtime's executor does not run"):
+        refuse_unrunnable(schedules.get("zbv"), 2, 2, 4)
+    with pytest.raises(ConfigError, match="at least as many microbatches as stages"):
+        refuse_unrunnable(schedules.get("dualpipev"), 2, 2, 2)
+
+
+def test_the_registry_names_each_schedule_once_with_a_placement_that_covers_its_stages():
+    for name, kind in schedules.SCHEDULES.items():
+        assert kind.name == name and kind.summary
+        v = kind.default_stages_per_rank
+        where = kind.place(3, v)
+        assert sorted(where) == sorted(r for r in range(3) for _ in range(v))
+        assert sorted(s for r in range(3) for s in kind.stages_of(3, v, r)) == list(range(3 * v))
+    with pytest.raises(schedules.ScheduleError, match="unknown schedule 'nope'"):
+        schedules.get("nope")

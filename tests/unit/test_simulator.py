@@ -7,7 +7,8 @@ from dataclasses import replace
 import pytest
 
 from harness.planning.planner import LayerProfile, Network, Profile
-from harness.planning.simulator import ASYNC, Cluster, SimLayout, predict
+from harness.planning.simulator import Cluster, SimLayout, predict
+from harness.runtime.schedules import ASYNC
 from tests.helpers.cli import make_spec
 
 
@@ -209,7 +210,7 @@ def test_deepspeeds_own_schedule_runs_each_micro_batch_once_and_meets_every_bloc
     for acts in lists:
         assert [a.micro for a in acts if a.op == sch.FWD] == [a.micro for a in acts if a.op == sch.BWD] == list(range(m))
         assert acts[-1] == sch.Action(sch.STEP)
-    sch.simulate(lists, rendezvous=True)  # raises Deadlock otherwise
+    sch.replay(lists, rendezvous=True)  # raises Deadlock otherwise
 
 
 def test_deepspeed_is_replayed_in_its_own_order_with_transfers_that_meet():
@@ -246,7 +247,7 @@ def test_a_profile_of_another_depth_is_refused_in_one_line():
 
 
 def test_a_replay_of_balanced_measured_costs_gives_the_analytic_bubble_and_imbalance_adds_to_it():
-    from harness.planning.simulator import replayed_bubble
+    from harness.runtime.schedules import replayed_bubble
     from harness.runtime import schedule as sch
 
     def busy(m, forward, backward):  # seconds a stage spent on each kind in one step of m micro-batches
@@ -263,19 +264,18 @@ def test_a_replay_of_a_ranks_several_stages_shares_its_time_among_them():
     """Interleaved 1F1B with v=2: a rank's measured forward time is spread over its 2m forwards,
     which gives (p-1)/(vm+p-1) when balanced; a zero-bubble schedule whose backward parts were
     not timed apart shares the backward time among its I and W actions."""
-    from harness.planning.simulator import replayed_bubble
-    from harness.runtime import torch_schedules as ts
+    from harness.runtime.schedules import get, replayed_bubble
 
     P, v, m = 2, 2, 4
     busy = [{"F": v * m * 1.0, "B": v * m * 2.0, "STEP": 0.0}] * P
-    lists = [list(a) for a in ts.action_lists("interleaved_1f1b", P, v, m)]
-    assert replayed_bubble(lists, busy, ts.placement("interleaved_1f1b", P, v)) == pytest.approx((P - 1) / (v * m + P - 1))
-    zb = [list(a) for a in ts.action_lists("zero_bubble", P, v, m)]
-    zb_idle = replayed_bubble(zb, busy, ts.placement("zero_bubble", P, v))
+    lists = get("interleaved_1f1b").lists(P, v, m)
+    assert replayed_bubble(lists, busy, get("interleaved_1f1b").place(P, v)) == pytest.approx((P - 1) / (v * m + P - 1))
+    zb = get("zero_bubble").lists(P, v, m)
+    zb_idle = replayed_bubble(zb, busy, get("zero_bubble").place(P, v))
     assert 0 < zb_idle < (P - 1) / (v * m + P - 1)
     # timed apart, the same work: rank 0's stage 0 does nothing in I and its whole backward in W
     split = [{"F": 8.0, "I": 4.0, "W": 12.0, "STEP": 0.0}, {"F": 8.0, "I": 8.0, "W": 8.0, "STEP": 0.0}]
-    assert replayed_bubble(zb, split, ts.placement("zero_bubble", P, v)) == pytest.approx(zb_idle)
+    assert replayed_bubble(zb, split, get("zero_bubble").place(P, v)) == pytest.approx(zb_idle)
 
 
 @pytest.mark.parametrize("schedule,v", [("1f1b", 1), ("zbv", 2), ("interleaved_1f1b", 2)])
