@@ -33,7 +33,7 @@ from harness.core.models import build_layers
 from harness.metrics.flops import device_peak
 from harness.report.environment import environment
 from harness.runtime.partition import measure_layer_costs
-from harness.strategies.layout import visiting
+from harness.core.models import visiting
 from harness.core.timing import DeviceTimer
 
 _TOLERANCE = 0.10  # CUDA events against the profiler's kernel time

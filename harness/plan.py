@@ -8,7 +8,7 @@ cluster's memory per worker comes from ``strategy.memory_limit`` (GiB).
 
 Inside a job (``strategy=ashpipe`` without ``strategy.replicas``) the same
 planner runs on rank 0 with the network measured between the job's workers
-(:func:`harness.strategies.ashpipe.plan_in_job`).
+(:func:`harness.planning.in_job.plan_in_job`).
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from omegaconf import DictConfig
 from harness.cli.common import NO_OUTPUT_DIR, hydra_command, spec_or_exit
 from harness.core.errors import ConfigError
 from harness.core.models import build_layers
-from harness.planning.planner import Profile, data_parallel_cost, plan
-from harness.planning.profiling import measure_local_network, profile_layers
-from harness.strategies.ashpipe import AshPipeStrategy, assumed_network, memory_limit_bytes, profile_sample
-from harness.core.training import with_precision
+from harness.planning.in_job import assumed_network, plan_here
+from harness.planning.planner import data_parallel_cost
+from harness.planning.profiling import measure_local_network
+from harness.strategies.ashpipe import AshPipeStrategy
 
 
 def _plan(cfg: DictConfig) -> None:
@@ -41,11 +41,8 @@ def _plan(cfg: DictConfig) -> None:
             print("measuring point-to-point and all-reduce bandwidth between 2 local workers ...", flush=True)
             network = measure_local_network()
         print(f"profiling {spec.model.name} on {device} ...", flush=True)
-        layers = [l.to(device) for l in build_layers(spec.model, spec.seed)]
-        profile = Profile(profile_layers(with_precision(layers, spec.train.precision),
-                                         profile_sample(spec, device, spec.world_size)),
-                          network, str(device), spec.train.global_batch)
-        chosen = plan(profile, spec.world_size, spec.train.global_batch, memory_limit_bytes(spec, device))
+        layers = build_layers(spec.model, spec.seed)
+        chosen, profile = plan_here(spec, layers, device, network, spec.world_size)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(2)

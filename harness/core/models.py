@@ -10,6 +10,8 @@ module only reads its fields.
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -109,3 +111,19 @@ def activation_shapes(cfg, image_shape: tuple[int, ...] = (3, 32, 32)) -> list[t
             x = layer(x)
             shapes.append(tuple(x.shape[1:]))
     return shapes
+
+
+@contextlib.contextmanager
+def visiting(layers: list[nn.Module], device: torch.device):
+    """``layers`` on ``device`` for a measurement, then back where they were, the device's cache
+    emptied: a rank that measures or plans keeps no copy of layers it does not train."""
+    homes = [next(layer.parameters()).device for layer in layers]
+    for layer in layers:
+        layer.to(device)
+    try:
+        yield layers
+    finally:
+        for layer, home in zip(layers, homes):
+            layer.to(home)
+        if device.type == "cuda":
+            torch.cuda.empty_cache()

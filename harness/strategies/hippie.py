@@ -20,15 +20,13 @@ from typing import Any
 import torch
 
 from harness.core.errors import ConfigError
-from harness.metrics.meter import optimizer_state_tensors
 from harness.core.options import bounded
+from harness.metrics.meter import optimizer_state_tensors
 from harness.runtime import schedules
-from harness.runtime.executor import Clip, GradBuckets, GradSync, StageExecutor
-from harness.runtime.stage import build_stage
 from harness.strategies.base import PipelineKeys, Strategy, summed_eval
-from harness.strategies.layout import (check_layout, micro_batch_samples, pipeline_layout, refuse_unrunnable,
-                                      simulated_pipeline, uniform_replicas)
-from harness.core.training import PRECISIONS, make_optimizer, with_precision
+from harness.strategies.layout import (check_layout, micro_batch_samples, refuse_unrunnable, simulated_pipeline,
+                                      uniform_replicas)
+from harness.strategies.pipeline import build_pipeline
 
 
 @dataclass
@@ -46,22 +44,10 @@ class HippieStrategy(Strategy):
 
     def __init__(self, spec, layers, ctx, comm):
         super().__init__(spec, layers, ctx, comm)
-        layout, self.partition = pipeline_layout(spec, layers, ctx, comm, uniform_replicas(spec),
-                                                 bucket_mb=spec.strategy.bucket_mb)
-        self.build = build_stage(layout, with_precision(layers, spec.train.precision), ctx, comm)
-        self.plan = self.build.plan
-        self.params = list(self.build.module.parameters())
-        self.optimizer = make_optimizer(self.params, spec.train, spec.steps)
-        grads = GradBuckets(self.params, layout.bucket_bytes)
-        grad_sync = None
-        if self.build.replica_group is not None:
-            grad_sync = GradSync(grads, comm, self.build.replica_group)
-        # a synchronous pipeline clips the whole model's norm, as one process would
-        clip = Clip(spec.train.grad_clip_norm, whole_model=True, weight=1 / self.plan.topo.replicas[self.plan.stage])
-        self.executor = StageExecutor(self.plan, self.build.module, comm, self.optimizer, grads, grad_sync,
-                                      dtype=PRECISIONS[spec.train.precision], label_smoothing=spec.train.label_smoothing,
-                                      clip=clip if spec.train.grad_clip_norm else None)
-        S, m = self.plan.topo.num_stages, layout.micro_batches
+        pipe = build_pipeline(spec, layers, ctx, comm, uniform_replicas(spec))
+        self.partition, self.build, self.plan = pipe.partition, pipe.build, pipe.plan
+        self.params, self.optimizer, self.executor = pipe.params, pipe.optimizer, pipe.executor
+        S, m = self.plan.topo.num_stages, pipe.layout.micro_batches
         kind = schedules.get(spec.strategy.schedule)
         self.train_actions = kind.lists(S, 1, m)[self.plan.stage]
         self.eval_actions = kind.forward_only(S, 1, m)[self.plan.stage]

@@ -10,7 +10,6 @@ baselines use the same rules, so they compare on the same partition.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -22,7 +21,7 @@ from torch import nn
 
 from harness.core.comm import Comm, DistContext
 from harness.core.errors import ConfigError
-from harness.core.models import activation_shapes, num_layers
+from harness.core.models import activation_shapes, num_layers, visiting
 from harness.planning.planner import Profile
 from harness.planning.simulator import SimLayout
 from harness.runtime.executor import StageExecutor
@@ -208,22 +207,6 @@ def _measured_boundaries(spec, layers: list[nn.Module], device: torch.device, re
     with visiting(layers, device):  # timed in the run's precision
         return balanced_boundaries(measure_layer_costs(with_precision(layers, spec.train.precision), sample),
                                    len(replicas))
-
-
-@contextlib.contextmanager
-def visiting(layers: list[nn.Module], device: torch.device):
-    """``layers`` on ``device`` for a measurement, then back where they were, the device's cache
-    emptied: a rank that measures or plans keeps no copy of layers it does not train."""
-    homes = [next(layer.parameters()).device for layer in layers]
-    for layer in layers:
-        layer.to(device)
-    try:
-        yield layers
-    finally:
-        for layer, home in zip(layers, homes):
-            layer.to(home)
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
 
 
 def boundary_shapes(spec, ranges: list[tuple[int, int]]) -> tuple[tuple[int, ...], ...]:

@@ -28,7 +28,7 @@ from torch import nn
 from torch.func import functional_call
 
 from harness.core.models import build_layers
-from harness.strategies.ashpipe import plateau
+from harness.strategies.ashpipe.switch import plateau
 from harness.runtime.partition import stage_ranges
 from harness.core.training import carry_schedule, clip_gradients, make_optimizer, summed_loss
 

@@ -3,7 +3,7 @@
 import pytest
 
 from harness.core.errors import ConfigError
-from harness.strategies.ashpipe import plateau, switch_step
+from harness.strategies.ashpipe.switch import plateau, switch_step
 from tests.helpers.cli import make_spec
 
 ASH = ["strategy=ashpipe", "world_size=2", "strategy.replicas=[1,1]", "strategy.boundaries=[3]",

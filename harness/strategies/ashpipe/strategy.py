@@ -19,7 +19,7 @@
   the same job. The switch comes after ``strategy.switch_step`` steps,
   ``strategy.switch_epoch`` epochs or ``strategy.switch_fraction`` of the run,
   or when DP's loss stops improving (``strategy.switch_plateau``, see
-  :func:`plateau`); the record says when and why (``switch_step``,
+  :mod:`harness.strategies.ashpipe.switch`); the record says when and why (``switch_step``,
   ``switch_reason`` in each rank's layout). At the switch every rank already holds all weights and
   optimizer state (DP replicas are identical), so each keeps its stage's
   parameters and their optimizer state and drops the rest; nothing is sent.
@@ -43,27 +43,25 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 import torch
-import torch.distributed as dist
-from torch import nn
 
-from harness.core.checkpoints import checkpoint_folder
 from harness.core.errors import ConfigError
-from harness.metrics.meter import optimizer_state_tensors
-from harness.core.options import bounded, choice
 from harness.core.models import build_layers
-from harness.planning.planner import Network, Profile, data_parallel_cost, plan
-from harness.planning.profiling import measure_network, profile_layers
+from harness.core.options import bounded, choice
+from harness.core.training import delay_lr_scale
+from harness.metrics.meter import optimizer_state_tensors
+from harness.planning.in_job import plan_in_job
+from harness.planning.planner import plan
 from harness.planning.simulator import SimLayout, scaled_profile
 from harness.runtime import schedule as sch
 from harness.runtime import schedules
+from harness.runtime.executor import StageExecutor
 from harness.runtime.schedules import ASYNC
-from harness.runtime.executor import Clip, GradBuckets, GradSync, StageExecutor
-from harness.runtime.stage import build_stage
+from harness.strategies.ashpipe.checkpoints import checkpointed_layout, load_switch, save_switch, switch_folder
+from harness.strategies.ashpipe.data_parallel_phase import DataParallelPhase
+from harness.strategies.ashpipe.switch import SWITCH_KEYS, fixed_reason, plateau, switch_step, switch_window
 from harness.strategies.base import Strategy, StrategyConfig, summed_eval
-from harness.strategies.layout import (Partition, check_layout, pipeline_layout, refuse_unrunnable, simulated_pipeline,
-                                      visiting)
-from harness.core.training import (PRECISIONS, carry_schedule, clip_gradients, delay_lr_scale, eval_counts, make_optimizer,
-                              replica_slice, summed_loss, with_precision)
+from harness.strategies.layout import Partition, check_layout, refuse_unrunnable, simulated_pipeline
+from harness.strategies.pipeline import build_pipeline
 
 
 @dataclass
@@ -102,52 +100,8 @@ class AshPipeConfig(StrategyConfig):
     lr_correction_steps: Optional[int] = bounded(None, 1)
 
 
-_SWITCH_KEYS = ("switch_step", "switch_epoch", "switch_fraction", "switch_plateau")
-
-
-def switch_step(spec) -> int | None:
-    """Steps of plain data parallelism before the hybrid plan (0: hybrid from the start; None:
-    decided during the run by the plateau rule)."""
-    st = spec.strategy
-    if st.switch_plateau is not None:
-        return None
-    if st.switch_epoch is not None:
-        return st.switch_epoch * spec.steps_per_epoch
-    if st.switch_fraction is not None:
-        return round(st.switch_fraction * spec.steps)
-    return st.switch_step or 0
-
-
-def switch_window(spec) -> int:
-    return spec.strategy.switch_window or spec.steps_per_epoch
-
-
 def lr_correction_steps(spec) -> int:
     return spec.strategy.lr_correction_steps or spec.steps_per_epoch
-
-
-def plateau(losses: list[float], window: int, threshold: float) -> str | None:
-    """Why to switch now, or None: DP's mean loss over the last ``window`` steps has improved by
-    less than ``threshold`` (a fraction) on the ``window`` steps before them. Every rank sees the
-    same all-reduced losses, so every rank decides alike."""
-    if len(losses) < 2 * window:
-        return None
-    before = sum(losses[-2 * window : -window]) / window
-    last = sum(losses[-window:]) / window
-    gain = (before - last) / abs(before) if before else 0.0
-    if gain >= threshold:
-        return None
-    return (f"plateau: DP's mean loss over steps {len(losses) - window}-{len(losses) - 1} improved by {100 * gain:.2f}% "
-            f"on the {window} steps before ({before:.4f} -> {last:.4f}), under strategy.switch_plateau={threshold}")
-
-
-def _fixed_switch_reason(spec, step: int) -> str:
-    st = spec.strategy
-    if st.switch_epoch is not None:
-        return f"strategy.switch_epoch={st.switch_epoch} ({spec.steps_per_epoch} steps per epoch)"
-    if st.switch_fraction is not None:
-        return f"strategy.switch_fraction={st.switch_fraction} of {spec.steps} steps"
-    return f"strategy.switch_step={step}"
 
 
 class AshPipeStrategy(Strategy):
@@ -167,7 +121,7 @@ class AshPipeStrategy(Strategy):
         # a minibatch per stage and one more: every action kind of the schedule, for the executor's check
         stages = len(st.replicas) if st.replicas is not None else min(2, spec.world_size)
         refuse_unrunnable(schedules.get(ASYNC), stages, 1, stages + 1)
-        given = [f"strategy.{key}={getattr(st, key)}" for key in _SWITCH_KEYS if getattr(st, key) is not None]
+        given = [f"strategy.{key}={getattr(st, key)}" for key in SWITCH_KEYS if getattr(st, key) is not None]
         if len(given) > 1:
             raise ConfigError(f"{' and '.join(given)} both say when to switch; give one")
         if st.switch_window is not None and st.switch_plateau is None:
@@ -182,9 +136,9 @@ class AshPipeStrategy(Strategy):
             raise ConfigError("strategy.resume_from (a switch checkpoint) and train.resume (a run's checkpoint) both "
                               "say where to start; give one")
         if spec.train.resume:
-            _checkpointed_layout(spec, 0)  # an AshPipe checkpoint, or one line saying it is not
+            checkpointed_layout(spec, 0)  # an AshPipe checkpoint, or one line saying it is not
         if st.memory_limit is not None and st.replicas is None:
-            _check_memory_limit_is_reachable(spec)
+            check_memory_limit_is_reachable(spec)
         if st.weight_prediction and spec.train.optimizer == "sgd" and spec.train.momentum == 0:
             raise ConfigError("strategy.weight_prediction extrapolates along SGD's momentum, and train.momentum=0 "
                               "has none: set train.momentum (e.g. 0.9) or use train.optimizer=adamw")
@@ -234,20 +188,20 @@ class AshPipeStrategy(Strategy):
         self.switch_reason: str | None = None
         self.hybrid_start = 0  # the step at which the hybrid pipeline began (its stages' delays with it)
         self.plan_report: str | None = None
-        self._dp: _PlainDataParallel | None = None
+        self._dp: DataParallelPhase | None = None
         self.executor: StageExecutor | None = None
         # a run resuming from its checkpoint (train.resume) rebuilds the layout it was written with
-        self._restored = _checkpointed_layout(spec, ctx.rank)
+        self._restored = checkpointed_layout(spec, ctx.rank)
         if spec.strategy.resume_from:
             self._build_hybrid(optimizer_state=None)
             self._load_switch_checkpoint(spec.strategy.resume_from)
         elif self._restored is not None:
             if self._restored["mode"] == "dp":
-                self._dp = _PlainDataParallel(spec, layers, ctx, comm, global_losses=self.switch_at is None)
+                self._dp = DataParallelPhase(spec, layers, ctx, comm, global_losses=self.switch_at is None)
             else:
                 self._build_hybrid(optimizer_state=None)
         elif self.switch_at is None or self.switch_at > 0:
-            self._dp = _PlainDataParallel(spec, layers, ctx, comm, global_losses=self.switch_at is None)
+            self._dp = DataParallelPhase(spec, layers, ctx, comm, global_losses=self.switch_at is None)
         else:
             self._build_hybrid(optimizer_state=None)
 
@@ -267,39 +221,18 @@ class AshPipeStrategy(Strategy):
     def _build_hybrid(self, optimizer_state: torch.optim.Optimizer | None) -> None:
         replicas, partition, recompute = self._layout()
         spec = self.spec
-        layout, self.partition = pipeline_layout(spec, self.layers, self.ctx, self.comm, replicas, partition,
-                                                 recompute, bucket_mb=spec.strategy.bucket_mb)
-        self.build = build_stage(layout, with_precision(self.layers, spec.train.precision), self.ctx, self.comm)
-        self.plan = self.build.plan
-        self.params = list(self.build.module.parameters())
-        group = self.build.replica_group
-        if group is not None:  # replicas start from the stage's first rank's weights
-            first = self.plan.topo.ranks_of(self.plan.stage)[0]
-            for p in self.params:
-                self.comm.broadcast(p.data, src=first, group=group)
         self.hybrid_start = self.calls
-        delay = self.plan.topo.num_stages - 1 - self.plan.stage  # updates between a forward and its own
-        lr_scale = None
-        if spec.strategy.lr_correction:
-            lr_scale = delay_lr_scale(delay, lambda: self.hybrid_start, lr_correction_steps(spec))
-        self.optimizer = make_optimizer(self.params, spec.train, spec.steps, lr_scale)
-        carry_schedule(self.optimizer, self.calls)
-        if optimizer_state is not None:  # Switch Parallelism: carry the DP optimizer state over
-            for p in self.params:
-                if p in optimizer_state.state:
-                    self.optimizer.state[p] = optimizer_state.state[p]
-        grads = GradBuckets(self.params, layout.bucket_bytes)
-        grad_sync = None
-        if group is not None:
-            grad_sync = GradSync(grads, self.comm, group)
-        # an asynchronous pipeline has no moment at which the whole model's gradient exists: each stage
-        # clips its own (its replicas hold the same gradients once reduced)
-        clip = Clip(spec.train.grad_clip_norm, whole_model=False) if spec.train.grad_clip_norm else None
-        self.executor = StageExecutor(self.plan, self.build.module, self.comm, self.optimizer, grads, grad_sync,
-                                      dtype=PRECISIONS[spec.train.precision],
-                                      stash_weights=delay > 0, predict_weights=spec.strategy.weight_prediction,
-                                      label_smoothing=spec.train.label_smoothing, clip=clip)
-        self.eval_actions = sch.forward_only(self.plan.topo.num_stages, 1)[self.plan.stage]
+
+        def corrected(delay: int):  # PipeMare: a stage's rate divided by its delay, annealed away
+            return delay_lr_scale(delay, lambda: self.hybrid_start, lr_correction_steps(spec))
+
+        pipe = build_pipeline(spec, self.layers, self.ctx, self.comm, replicas, partition=partition,
+                              recompute=recompute, asynchronous=True,
+                              lr_scale=corrected if spec.strategy.lr_correction else None, steps_done=self.calls,
+                              optimizer_state=optimizer_state)
+        self.partition, self.build, self.plan = pipe.partition, pipe.build, pipe.plan
+        self.params, self.optimizer, self.executor = pipe.params, pipe.optimizer, pipe.executor
+        self.eval_actions = schedules.get(ASYNC).forward_only(self.plan.topo.num_stages, 1, 1)[self.plan.stage]
 
     def _switch(self) -> None:
         dp_optimizer = self._dp.optimizer
@@ -317,28 +250,16 @@ class AshPipeStrategy(Strategy):
         self._save_switch_checkpoint()
 
     # -- checkpoints ------------------------------------------------------------
-    def _checkpoint_dir(self) -> str | None:
-        return os.path.join(self.spec.output_dir, "switch_checkpoint") if self.spec.output_dir else None
-
     def _save_switch_checkpoint(self) -> None:
-        folder = self._checkpoint_dir()
+        folder = switch_folder(self.spec.output_dir)
         if folder is None:
             return
-        os.makedirs(folder, exist_ok=True)
-        state = {**self.checkpoint_state(), "step": self.calls, "replicas": list(self.plan.topo.replicas),
-                 "boundaries": self.partition.boundaries, "model": self.spec.model.name}
-        tmp = os.path.join(folder, f".rank{self.ctx.rank}.pt.tmp")
-        torch.save(state, tmp)
-        os.replace(tmp, os.path.join(folder, f"rank{self.ctx.rank}.pt"))
+        save_switch(folder, self.ctx.rank, {**self.checkpoint_state(), "step": self.calls,
+                                            "replicas": list(self.plan.topo.replicas),
+                                            "boundaries": self.partition.boundaries, "model": self.spec.model.name})
 
     def _load_switch_checkpoint(self, folder: str) -> None:
-        path = os.path.join(folder, f"rank{self.ctx.rank}.pt")
-        if not os.path.isfile(path):
-            raise ConfigError(f"no switch checkpoint for rank {self.ctx.rank} at {path}")
-        state = torch.load(path, map_location=self.ctx.device)
-        if state["replicas"] != list(self.plan.topo.replicas):
-            raise ConfigError(f"{path} was written with replicas {state['replicas']}; this job has "
-                              f"{list(self.plan.topo.replicas)}: pass strategy.replicas={state['replicas']}")
+        state = load_switch(folder, self.ctx.rank, self.ctx.device, self.plan.topo.replicas)
         self.load_checkpoint_state(state)
         self.calls = self.hybrid_start = state["step"]
 
@@ -404,7 +325,7 @@ class AshPipeStrategy(Strategy):
         if self.switch_at is not None:
             if self.calls != self.switch_at:
                 return False
-            self.switch_reason = _fixed_switch_reason(self.spec, self.switch_at)
+            self.switch_reason = fixed_reason(self.spec, self.switch_at)
             return True
         why = plateau(self._dp.global_losses(), switch_window(self.spec), self.spec.strategy.switch_plateau)
         if why is not None:
@@ -471,19 +392,7 @@ class AshPipeStrategy(Strategy):
         return range(len(self.layers)) if self._dp is not None else range(*self.build.layer_range)
 
 
-def _checkpointed_layout(spec, rank: int) -> dict | None:
-    """What this rank's checkpoint (``train.resume``) says it trained: the data-parallel phase, or the
-    hybrid layout (replicas, boundaries, recomputed layers); None when not resuming."""
-    if not spec.train.resume:
-        return None
-    path = os.path.join(checkpoint_folder(spec.train.resume), f"rank{rank}.pt")
-    state = torch.load(path, map_location="cpu")
-    if state.get("mode") not in ("dp", "hybrid"):
-        raise ConfigError(f"{path} is not an AshPipe checkpoint; resume with the strategy that wrote it")
-    return {k: state.get(k) for k in ("mode", "replicas", "boundaries", "recompute")}
-
-
-def _check_memory_limit_is_reachable(spec) -> None:
+def check_memory_limit_is_reachable(spec) -> None:
     """Refuse before launch a limit no plan can meet, from parameter counts alone.
 
     Whatever the plan, the stage holding a layer keeps its weights, its gradient,
@@ -499,117 +408,3 @@ def _check_memory_limit_is_reachable(spec) -> None:
             f"{spec.model.name} alone needs {floor / 2**30:.3g} GiB with its gradient, optimizer state and one "
             "stashed version; raise the limit"
         )
-
-
-class _PlainDataParallel:
-    """Switch Parallelism's first phase: every rank holds the whole model.
-
-    Gradients are summed over all ranks with the same bucketed asynchronous
-    all-reduce the pipeline uses (started during backward), and the loss is
-    summed and divided by B, so one step equals single-process training.
-    """
-
-    def __init__(self, spec, layers, ctx, comm, global_losses: bool = False):
-        """``global_losses``: sum each step's loss over the ranks (for the plateau rule)."""
-        self.spec, self.ctx, self.comm = spec, ctx, comm
-        self.layers = layers
-        self.losses: list[float] = []  # the job's loss per step, when summed
-        self._summing = global_losses
-        self._pending_loss = None
-        self.model = nn.Sequential(*with_precision(layers, spec.train.precision)).to(ctx.device)
-        self.params = list(self.model.parameters())
-        self.optimizer = make_optimizer(self.params, spec.train, spec.steps)
-        self.grads = GradBuckets(self.params, int(spec.strategy.bucket_mb * 2**20))
-        self.grad_sync = None
-        if ctx.world_size > 1:
-            self.grad_sync = GradSync(self.grads, comm, dist.group.WORLD)
-        self.share = replica_slice(spec.train.global_batch, ctx.world_size, ctx.rank)
-
-    def train_step(self, x, y):
-        self.model.train()
-        if self.grad_sync is not None:
-            self.grad_sync.arm()
-        t = self.spec.train
-        loss = summed_loss(self.model(x[self.share]), y[self.share], t.global_batch, t.label_smoothing)
-        loss.backward()
-        if self.grad_sync is not None:
-            self.grad_sync.wait()
-        clip_gradients(self.params, t.grad_clip_norm)  # every rank holds the whole model's gradient
-        self.optimizer.step()
-        self.grads.zero()
-        if self._summing:  # summed in the background, read at the next decision
-            total = loss.detach().clone()
-            self._pending_loss = (total, self.comm.all_reduce_async(total) if self.ctx.world_size > 1 else None)
-        return loss.detach()
-
-    def global_losses(self) -> list[float]:
-        """The job's loss of every step so far (each rank's share summed over the ranks)."""
-        if self._pending_loss is not None:
-            total, work = self._pending_loss
-            if work is not None:
-                work.wait()
-            self.losses.append(float(total))
-            self._pending_loss = None
-        return self.losses
-
-    @torch.no_grad()
-    def evaluate(self, x, y):
-        self.model.eval()
-        share = replica_slice(x.shape[0], self.ctx.world_size, self.ctx.rank)
-        return summed_eval(self.comm, eval_counts(self.model(x[share]), y[share]))
-
-    def memory_parts(self):
-        return {"parameters": self.params, "optimizer_state": optimizer_state_tensors(self.optimizer)}
-
-    def close(self) -> None:
-        if self.grad_sync is not None:
-            self.grad_sync.close()
-        for p in self.params:  # the whole model's gradient buffers go; the stage makes its own
-            p.grad = None
-
-
-# -- planning inside a job, and for python -m harness.plan ----------------------------
-
-
-def memory_limit_bytes(spec, device: torch.device) -> float | None:
-    if spec.strategy.memory_limit is not None:
-        return spec.strategy.memory_limit * 2**30
-    if device.type == "cuda":
-        return float(torch.cuda.get_device_properties(device).total_memory)
-    return None  # CPU: no device memory to respect
-
-
-def profile_sample(spec, device: torch.device, workers: int) -> torch.Tensor:
-    """A batch of the size the planner profiles layers at."""
-    per_worker = max(1, min(8, spec.train.global_batch // max(1, workers)))
-    size = spec.data.image_size
-    return torch.randn(per_worker, 3, size, size, device=device)
-
-
-def assumed_network(spec) -> Network | None:
-    """The network ``strategy.bandwidth_gbps`` describes (None: measure it)."""
-    if spec.strategy.bandwidth_gbps is None:
-        return None
-    bw = spec.strategy.bandwidth_gbps * 1e9
-    return Network(p2p_bytes_per_s=bw, allreduce_bytes_per_s=bw, latency_s=1e-5)
-
-
-def plan_in_job(spec, layers, ctx, comm):
-    """Plan inside a running job: profile on rank 0, measure the network with all ranks, broadcast."""
-    network = assumed_network(spec) or measure_network(comm)
-    result = None
-    if ctx.rank == 0:
-        with visiting(layers, ctx.device):  # profiled in the run's precision
-            profile = Profile(profile_layers(with_precision(layers, spec.train.precision),
-                                             profile_sample(spec, ctx.device, ctx.world_size)),
-                              network, str(ctx.device), spec.train.global_batch)
-        try:
-            chosen = plan(profile, ctx.world_size, spec.train.global_batch, memory_limit_bytes(spec, ctx.device))
-            dp = data_parallel_cost(profile, ctx.world_size, spec.train.global_batch)
-            result = (chosen, chosen.describe([type(l).__name__ for l in layers], dp))
-        except ConfigError as e:
-            result = e
-    result = comm.broadcast_object(result)
-    if isinstance(result, ConfigError):
-        raise result
-    return result
