@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
+from typing import Callable
 
 import matplotlib
 import pandas as pd
@@ -183,9 +185,31 @@ def timeline(record: dict, out_dir: str, name: str | None = None, key: str = "ev
     return _save(fig, out_dir, name or f"{prefix}_{_run_name(record)}")
 
 
-def all_figures(records: list[dict], out_dir: str) -> list[str]:
-    paths = throughput_vs_workers(records, out_dir) + memory_per_rank(records, out_dir) + curves(records, out_dir)
+def timelines(records: list[dict], out_dir: str) -> list[str]:
+    """Each run's timelines: our runtime's actions, and every strategy's profiled compute."""
+    paths = []
     for r in records:
         if r.get("status") == "ok":
             paths += timeline(r, out_dir) + timeline(r, out_dir, key="profiled_spans")
     return paths
+
+
+@dataclass(frozen=True)
+class Figure:
+    name: str
+    shows: str
+    draw: Callable[[list[dict], str], list[str]]  # (records, folder) -> the files written
+
+
+# every figure the results command and a sweep draw, in order; adding one is one entry (docs: extending/figure)
+FIGURES: list[Figure] = [
+    Figure("throughput_vs_workers", "throughput against world size, one line per strategy", throughput_vs_workers),
+    Figure("memory_per_rank", "peak memory of each rank, one group of bars per run", memory_per_rank),
+    Figure("curves", "training loss and test accuracy against the step, mean and 95% band per configuration",
+           curves),
+    Figure("timelines", "each run's per-rank timeline of one step (actions, and profiled compute)", timelines),
+]
+
+
+def all_figures(records: list[dict], out_dir: str) -> list[str]:
+    return [path for figure in FIGURES for path in figure.draw(records, out_dir)]

@@ -27,6 +27,7 @@ import sys
 
 import pandas as pd
 
+from harness.report.columns import BY_LABEL, COLUMNS, CONFIG, FIGURES
 from harness.report.environment import environment
 from harness.report.figures import all_figures
 from harness.report.record import RECORD_FILE, read
@@ -39,16 +40,11 @@ REFERENCE_STRATEGY = "dp"
 # the device is "cpu", "cuda" or "simulated:<cluster>": simulated rows compare with simulated DP
 # (and precision: a bf16 run's speedup is over DP in bf16)
 GROUP_KEYS = ["model", "data", "world_size", "global_batch", "device", "precision"]
-_COLUMNS = ["block", "started_at", "strategy", "layout", "model", "data", "world_size", "global_batch", "micro_batches", "seed", "repeat", "device", "precision", "status", "throughput",
-            "step_time_s", "speedup", "peak_memory_bytes", "me", "accuracy", "final_loss", "time_to_target_s", "steps_to_target",
-            "bubble_measured", "bubble_fraction", "bubble_analytic", "bubble_replayed", "hidden_allreduce_s", "tflops_per_device", "mfu", "hfu",
-            "error", "path", "simulated", "speed_comparable", "workers_on_host", "threads_per_worker", "host_cores",
-            "configuration"]
-# column -> True if larger is better (for the bold best value in LaTeX)
-_BEST = {"samples/s": True, "speedup": True, "ME": True, "top-1 %": True, "peak MiB/rank": False,
-         "final loss": False, "s to target": False, "steps to target": False, "bubble %": False}
-# every figure a table of repeated runs gives with its interval
-_FIGURES = [*_BEST, "analytic %", "replayed %", "hidden AR ms", "TFLOP/s/dev", "MFU %", "HFU %"]
+# the record fields a table reads: the declared columns' own, and what the comparison itself uses
+_FIELDS = sorted({c.source for c in COLUMNS if isinstance(c.source, str)}
+                 | {"block", "started_at", "strategy", "variant", "layout", "precision", "repeat", "step_time_s",
+                    "bubble_measured", "bubble_fraction", "error", "path", "simulated", "speed_comparable",
+                    "workers_on_host", "threads_per_worker", "host_cores", "configuration", *GROUP_KEYS})
 
 
 # -- reading ------------------------------------------------------------------
@@ -138,7 +134,7 @@ def to_frame(records: list[dict]) -> pd.DataFrame:
              "layout": layout_text(r), "configuration": configuration_id(r), "steps_to_target": steps_to_target(r)}
             for r in records]
     df = pd.DataFrame(rows)
-    for col in _COLUMNS:
+    for col in _FIELDS:
         if col not in df.columns:
             df[col] = None
     return df
@@ -154,7 +150,7 @@ def load_records(sources: list[str]) -> pd.DataFrame:
 def comparison(df: pd.DataFrame) -> pd.DataFrame:
     """Add speedup and ME against the DP run(s) of each group (the median DP if several seeds)."""
     if df.empty:
-        return df.reindex(columns=_COLUMNS)
+        return df.reindex(columns=list(dict.fromkeys([*_FIELDS, "speedup", "me", "note"])))
     df = df.copy()
     df["speedup"] = float("nan")
     df["me"] = float("nan")
@@ -190,45 +186,10 @@ def comparison(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def presentable(df: pd.DataFrame) -> pd.DataFrame:
-    """Rounded, human units, one row per run."""
-    variant = df["variant"].fillna("") if "variant" in df else pd.Series([""] * len(df), index=df.index)
-    table = pd.DataFrame({
-        "block": df["block"].fillna(""),
-        "strategy": [f"{s} ({v})" if v else s for s, v in zip(df["strategy"], variant)],
-        "layout": df["layout"].fillna(""),
-        "model": df["model"],
-        "data": df["data"],
-        "workers": df["world_size"],
-        "batch": df["global_batch"],
-        "micro": df["micro_batches"],
-        "device": df["device"],
-        "precision": df["precision"].fillna(""),
-        "seed": df["seed"],
-        "status": df["status"],
-        "samples/s": df["throughput"].astype(float).round(1),
-        "speedup": df["speedup"].astype(float).round(3),
-        "peak MiB/rank": (df["peak_memory_bytes"].astype(float) / 2**20).round(2),
-        "ME": df["me"].astype(float).round(3),
-        "top-1 %": (df["accuracy"].astype(float) * 100).round(2),
-        "final loss": df["final_loss"].astype(float).round(4),
-        "s to target": df["time_to_target_s"].astype(float).round(1),
-        "steps to target": df["steps_to_target"].astype(float),
-        # a simulated row's idle share is the prediction of what a run measures (its other figures too)
-        "bubble %": (df["bubble_measured"].where(df["simulated"] != True, df["bubble_fraction"])  # noqa: E712
-                     .astype(float) * 100).round(1),
-        "analytic %": (df["bubble_analytic"].astype(float) * 100).round(1),
-        "replayed %": (df["bubble_replayed"].astype(float) * 100).round(1),
-        "hidden AR ms": (df["hidden_allreduce_s"].astype(float) * 1e3).round(2),
-        "TFLOP/s/dev": df["tflops_per_device"].astype(float).round(3),
-        "MFU %": (df["mfu"].astype(float) * 100).round(1),
-        "HFU %": (df["hfu"].astype(float) * 100).round(1),
-        "note": df.get("note", ""),
-        "configuration": df["configuration"],
-    })
+    """Every declared column (:mod:`harness.report.columns`) in its unit, one row per run."""
+    table = pd.DataFrame({c.label: c.values(df) for c in COLUMNS})
+    table["configuration"] = df["configuration"]
     return table if (table["block"] != "").any() else table.drop(columns="block")
-
-
-CONFIG_KEYS = ["block", "strategy", "layout", "model", "data", "workers", "batch", "micro", "device", "precision"]
 
 
 def aggregated(table: pd.DataFrame) -> pd.DataFrame:
@@ -236,12 +197,12 @@ def aggregated(table: pd.DataFrame) -> pd.DataFrame:
     and the half-width of its 95% confidence interval (``<figure> ±95%``), and the runs counted."""
     out = []
     for _, group in table.groupby("configuration", sort=False):
-        row = {k: group[k].iloc[0] for k in CONFIG_KEYS if k in group}
+        row = {k: group[k].iloc[0] for k in CONFIG if k in group}
         ok = group[group["status"] == "ok"]
         row["runs"] = f"{len(ok)}/{len(group)} ok"
         # the times to target average the runs that reached it: say how many did
         row["reached target"] = f"{ok['steps to target'].notna().sum()}/{len(ok)}"
-        for col in _FIGURES:
+        for col in FIGURES:
             values = mlperf_times(ok[col]) if col == "s to target" else ok[col]
             row[col], row[f"{col} ±95%"], _ = interval(values)
         row["note"] = "; ".join(sorted({n for n in group["note"] if n}))
@@ -252,7 +213,7 @@ def aggregated(table: pd.DataFrame) -> pd.DataFrame:
 def _with_intervals(table: pd.DataFrame) -> pd.DataFrame:
     """``mean ± half-width`` in one cell per figure, for tables read by people (Markdown, LaTeX)."""
     shown = table.copy()
-    for col in _FIGURES:
+    for col in FIGURES:
         half = f"{col} ±95%"
         if half in shown:
             shown[col] = [("–" if pd.isna(m) else f"{m:.4g}" if pd.isna(h) else f"{m:.4g} ± {h:.2g}")
@@ -265,13 +226,13 @@ def _latex(table: pd.DataFrame) -> str:
     shown = table.drop(columns=["note"]).copy()
     bold = pd.DataFrame(False, index=shown.index, columns=shown.columns)
     for _, idx in shown.groupby(["model", "data", "workers", "batch", "device", "precision"], dropna=False).groups.items():
-        for col, larger in _BEST.items():
+        for col in (c.label for c in COLUMNS if c.better):
             vals = pd.to_numeric(shown.loc[idx, col], errors="coerce")
             if vals.notna().sum() > 1:
-                best = vals.max() if larger else vals.min()
+                best = vals.max() if BY_LABEL[col].better == "higher" else vals.min()
                 bold.loc[idx, col] = vals == best
     cells = shown.astype(object).where(shown.notna(), "--")
-    for col in _FIGURES:
+    for col in FIGURES:
         cells[col] = [f"{v:.4g}" if isinstance(v, float) else v for v in cells[col]]
     cells = cells.astype(str).map(lambda s: s.replace("_", r"\_").replace("%", r"\%").replace("±", r"$\pm$"))
     cells = cells.where(~bold, "\\textbf{" + cells + "}")
@@ -281,7 +242,7 @@ def _latex(table: pd.DataFrame) -> str:
 
 def render(df: pd.DataFrame, fmt: str) -> str:
     table = comparison_table(df)
-    if fmt != "csv" and any(f"{col} ±95%" in table for col in _FIGURES):
+    if fmt != "csv" and any(f"{col} ±95%" in table for col in FIGURES):
         table = _with_intervals(table)
     if fmt == "md":
         return table.astype(object).where(table.notna(), None).to_markdown(index=False, floatfmt="g", missingval="–")

@@ -2,7 +2,8 @@
 
 It owns what must be identical across strategies for a fair comparison: the
 data order, which steps are timed, how memory is measured, when and how
-evaluation runs. Rank 0 gathers every rank's measurements into one result.
+evaluation runs. Rank 0 gathers every rank's measurements, and
+:func:`harness.metrics.derive.job_figures` turns them into the record's figures.
 """
 
 from __future__ import annotations
@@ -15,18 +16,18 @@ import time
 
 import torch
 
+from harness.config.spec import RunSpec
 from harness.core import comm as comm_mod
 from harness.core.checkpoints import checkpoint_folder
-from harness.config.spec import RunSpec
 from harness.core.data import BatchOrder, load
 from harness.core.host import threads_per_process
-from harness.metrics.meter import StepMeter, job_idle_fractions, peak_rss_bytes, step_time_summary, track_cpu_allocations
 from harness.core.models import build_layers, count_parameters
-from harness.metrics.flops import device_peak, layer_flops, utilisation
-from harness.runtime.schedules import replayed_bubble
+from harness.core.timing import DeviceTimer
+from harness.metrics.derive import job_figures
+from harness.metrics.flops import device_peak
+from harness.metrics.meter import StepMeter, peak_rss_bytes, track_cpu_allocations
 from harness.run import preemption
 from harness.run.progress import StepProgress
-from harness.core.timing import DeviceTimer
 
 
 def train(spec: RunSpec, ctx: comm_mod.DistContext, progress: bool = True, local_world: int = 1) -> dict | None:
@@ -126,121 +127,12 @@ def train(spec: RunSpec, ctx: comm_mod.DistContext, progress: bool = True, local
     gathered = comm.gather_objects(per_rank)
     if not ctx.is_main:
         return None
-
-    losses = [[step, sum(vals)] for step, vals in enumerate(zip(*(r.pop("loss_shares") for r in gathered)),
-                                                           start=history["first_step"])]
-    timing = step_time_summary([r["step_times"] for r in gathered])
-    step_time = timing["step_time_s"]
-    peaks = [r["peak_memory_bytes"] for r in gathered]
-    replicas = _replicas_per_stage([r["layout"] for r in gathered], strategy.partition)
-    return {
-        **timing,
-        "throughput": t.global_batch / step_time if step_time else None,
-        "peak_memory_bytes": max(p for p in peaks if p is not None) if any(p is not None for p in peaks) else None,
-        "peak_memory_per_rank": peaks,
-        "peak_rss_per_rank": [r["peak_rss_bytes"] for r in gathered],
-        "memory_method": ("cuda_max_allocated_step" if ctx.device.type == "cuda" else "cpu_allocator_total_step")
-                         if t.measure_memory else None,
-        "accuracy": final["accuracy"],
-        "test_loss": final["loss"],
-        "final_loss": losses[-1][1],
-        "loss_curve": losses,
-        "accuracy_curve": curve,
-        "time_to_target_s": reached_target_s,
-        "stopped_at_step": stopped_at,
-        "resumed_from_step": first_step if t.resume else None,
-        "target_accuracy": t.target_accuracy,
-        "train_time_s": train_time,
-        "training_started_at": training_started_at,
-        "parameters": n_params,
-        **_flop_figures(spec, gathered, step_time),
-        "peak_source": peak_source,
-        # the cut every stage used, and whether it was given, measured, shared within the sweep or planned
-        "boundaries": strategy.partition.boundaries if strategy.partition else None,
-        "partition_source": strategy.partition.source if strategy.partition else None,
-        "replicas": replicas,
-        **_bubbles(gathered, replicas, strategy),
-        **_host_use(ctx.device.type, local_world),
-        "per_rank": gathered,
-    }
-
-
-def _flop_figures(spec: RunSpec, gathered: list[dict], step_time: float | None) -> dict:
-    """Model and hardware FLOPs per step, TFLOP/s per device, MFU and HFU (harness.metrics.flops):
-    every rank's recomputed layers summed, the devices' peaks averaged."""
-    recomputed: dict[int, float] = {}
-    for r in gathered:
-        for layer, share in r["recomputed_layers"].items():
-            recomputed[layer] = recomputed.get(layer, 0.0) + share
-    peaks = [r["peak_flops"] for r in gathered if r["peak_flops"]]
-    peak = sum(peaks) / len(peaks) if peaks else None
-    flops = layer_flops(spec.model, spec.train.global_batch, spec.data.image_size)
-    devices = spec.strategy_cls.gpus(spec)  # the devices the run used (torchgpipe may share one)
-    return {**utilisation(flops, recomputed, step_time, devices, peak), "peak_flops_per_device": peak}
-
-
-def _replicas_per_stage(layouts: list[dict], partition) -> list[int]:
-    """Workers per pipeline stage, from the ranks' layouts ([world size] for data parallelism;
-    one process per stage for a strategy that drives every stage from one process)."""
-    stages = [lay.get("stage") for lay in layouts]
-    if all(isinstance(s, int) for s in stages):
-        return [stages.count(s) for s in range(max(stages) + 1)]
-    if stages == ["all"] and partition is not None:
-        return [1] * (len(partition.boundaries) + 1)
-    return [len(layouts)]
-
-
-def _bubbles(gathered: list[dict], replicas: list[int], strategy) -> dict:
-    """The measured idle fraction (mean over the pipeline's devices, from the profiled step: each
-    rank, or each stage of a process that drives several), the analytic one for this schedule,
-    the schedule replayed with the measured costs, and the replica all-reduce hidden under
-    backward (mean over ranks that have one)."""
-    units = _measured_units(gathered)
-    idles = [idle for _, idle, _ in units]
-    hidden = [r["allreduce"]["hidden_allreduce_s"] for r in gathered if r.get("allreduce")]
-    # one machine's ranks share the profiler's clock; across machines each rank's own span is used
-    same_host = len({host for _, _, host in units}) == 1
-    measured = bool(units) and all(idles) and len(units) >= len(replicas)
-    fractions = (job_idle_fractions(idles) if same_host else [i["idle_fraction"] for i in idles]) if measured else None
-    replay = strategy.replayed_schedule(strategy.spec, len(replicas)) if measured else None
-    return {"bubble_measured": sum(fractions) / len(fractions) if measured else None,
-            "bubble_per_rank": fractions,
-            "bubble_analytic": strategy.analytic_bubble(strategy.spec, len(replicas)),
-            "bubble_replayed": _replayed(*replay, units) if replay else None,
-            "hidden_allreduce_s": sum(hidden) / len(hidden) if hidden else None}
-
-
-def _measured_units(gathered: list[dict]) -> list[tuple]:
-    """(stage, idle, host) of every device the job ran on: each rank, or each stage of a process
-    that drives several (torchgpipe)."""
-    units = []
-    for r in gathered:
-        if r.get("stages"):
-            units += [(int(j), st["idle"], r["host"]) for j, st in sorted(r["stages"].items(), key=lambda kv: int(kv[0]))]
-        else:
-            units.append((r["layout"].get("stage"), r.get("idle"), r["host"]))
-    return units
-
-
-def _replayed(schedule, placement, units: list[tuple]) -> float | None:
-    """The schedule replayed by the simulator with the time of each kind (forward, backward and its
-    parts, optimizer) each rank position of the pipeline spent in the profiled step (mean over its
-    replicas); None where the profile does not split the time by kind (a GPU's kernels)."""
-    if not all("F" in idle["busy_s"] for _, idle, _ in units):
-        return None
-    busy = []
-    for lane in range(len(schedule)):
-        spent = [idle["busy_s"] for stage, idle, _ in units if stage == lane]
-        busy.append({kind: sum(b.get(kind, 0.0) for b in spent) / len(spent) for kind in set().union(*spent)})
-    return replayed_bubble(schedule, busy, placement)
-
-
-def _host_use(device: str, local_world: int) -> dict:
-    """Whether this host's workers could each run their threads on cores of their own: on an
-    oversubscribed CPU host, speed is not comparable (memory, accuracy and correctness still are)."""
-    threads, cores = torch.get_num_threads(), os.cpu_count() or 1
-    return {"threads_per_worker": threads, "workers_on_host": local_world, "host_cores": cores,
-            "speed_comparable": device != "cpu" or local_world * threads <= cores}
+    return job_figures(spec, strategy, gathered, {
+        "final": final, "curve": curve, "reached_target_s": reached_target_s, "stopped_at": stopped_at,
+        "curve_start": history["first_step"], "first_step": first_step, "resumed": bool(t.resume),
+        "train_time_s": train_time, "training_started_at": training_started_at, "parameters": n_params,
+        "device": ctx.device.type, "threads": torch.get_num_threads(), "local_world": local_world,
+        "peak_source": peak_source})
 
 
 def host_only_tensors(strategy, layers, dataset) -> list[torch.Tensor]:

@@ -1,0 +1,144 @@
+"""A run's figures, derived in one place from what its ranks measured.
+
+The worker loop (:mod:`harness.run.worker`) measures and gathers: every rank's step
+times, memory, idle time and spans, layout and loss shares, and rank 0's account of the
+run (evaluations, times). :func:`job_figures` turns them into the record's figures,
+the same way for every strategy: throughput from the slowest rank's median step, the
+peak memory over ranks, the bubble measured, on paper and replayed, FLOPs with MFU and
+HFU, the host's use. A new figure is one more entry here and one column
+(:mod:`harness.report.columns`); docs: extending/metric.
+"""
+
+from __future__ import annotations
+
+import os
+
+from harness.metrics.flops import layer_flops, utilisation
+from harness.metrics.meter import job_idle_fractions, step_time_summary
+from harness.runtime.schedules import replayed_bubble
+
+
+def job_figures(spec, strategy, gathered: list[dict], run: dict) -> dict:
+    """The record's measured part. ``spec``: the validated run spec; ``strategy``: rank 0's
+    strategy (its partition, schedule and bubble on paper); ``gathered``: every rank's
+    measurements (their ``loss_shares`` are taken out and summed into the loss curve); ``run``:
+    rank 0's account (``final`` evaluation, ``curve``, ``reached_target_s``, ``stopped_at``,
+    ``curve_start`` (the step the loss curve starts at: 0, also for a resumed run, which carries
+    its predecessor's curve), ``first_step`` (the step this process started at), ``resumed``, ``train_time_s``, ``training_started_at``, ``parameters``,
+    ``device``, ``threads``, ``local_world``, ``peak_source``)."""
+    t = spec.train
+    losses = [[step, sum(vals)] for step, vals in enumerate(zip(*(r.pop("loss_shares") for r in gathered)),
+                                                           start=run["curve_start"])]
+    timing = step_time_summary([r["step_times"] for r in gathered])
+    step_time = timing["step_time_s"]
+    peaks = [r["peak_memory_bytes"] for r in gathered]
+    replicas = _replicas_per_stage([r["layout"] for r in gathered], strategy.partition)
+    final = run["final"]
+    return {
+        **timing,
+        "throughput": t.global_batch / step_time if step_time else None,
+        "peak_memory_bytes": max(p for p in peaks if p is not None) if any(p is not None for p in peaks) else None,
+        "peak_memory_per_rank": peaks,
+        "peak_rss_per_rank": [r["peak_rss_bytes"] for r in gathered],
+        "memory_method": ("cuda_max_allocated_step" if run["device"] == "cuda" else "cpu_allocator_total_step")
+                         if t.measure_memory else None,
+        "accuracy": final["accuracy"],
+        "test_loss": final["loss"],
+        "final_loss": losses[-1][1],
+        "loss_curve": losses,
+        "accuracy_curve": run["curve"],
+        "time_to_target_s": run["reached_target_s"],
+        "stopped_at_step": run["stopped_at"],
+        "resumed_from_step": run["first_step"] if run["resumed"] else None,
+        "target_accuracy": t.target_accuracy,
+        "train_time_s": run["train_time_s"],
+        "training_started_at": run["training_started_at"],
+        "parameters": run["parameters"],
+        **_flop_figures(spec, gathered, step_time),
+        "peak_source": run["peak_source"],
+        # the cut every stage used, and whether it was given, measured, shared within the sweep or planned
+        "boundaries": strategy.partition.boundaries if strategy.partition else None,
+        "partition_source": strategy.partition.source if strategy.partition else None,
+        "replicas": replicas,
+        **_bubbles(gathered, replicas, strategy),
+        **_host_use(run["device"], run["threads"], run["local_world"]),
+        "per_rank": gathered,
+    }
+
+
+def _flop_figures(spec, gathered: list[dict], step_time: float | None) -> dict:
+    """Model and hardware FLOPs per step, TFLOP/s per device, MFU and HFU (harness.metrics.flops):
+    every rank's recomputed layers summed, the devices' peaks averaged."""
+    recomputed: dict[int, float] = {}
+    for r in gathered:
+        for layer, share in r["recomputed_layers"].items():
+            recomputed[layer] = recomputed.get(layer, 0.0) + share
+    peaks = [r["peak_flops"] for r in gathered if r["peak_flops"]]
+    peak = sum(peaks) / len(peaks) if peaks else None
+    flops = layer_flops(spec.model, spec.train.global_batch, spec.data.image_size)
+    devices = spec.strategy_cls.gpus(spec)  # the devices the run used (torchgpipe may share one)
+    return {**utilisation(flops, recomputed, step_time, devices, peak), "peak_flops_per_device": peak}
+
+
+def _replicas_per_stage(layouts: list[dict], partition) -> list[int]:
+    """Workers per pipeline stage, from the ranks' layouts ([world size] for data parallelism;
+    one process per stage for a strategy that drives every stage from one process)."""
+    stages = [lay.get("stage") for lay in layouts]
+    if all(isinstance(s, int) for s in stages):
+        return [stages.count(s) for s in range(max(stages) + 1)]
+    if stages == ["all"] and partition is not None:
+        return [1] * (len(partition.boundaries) + 1)
+    return [len(layouts)]
+
+
+def _bubbles(gathered: list[dict], replicas: list[int], strategy) -> dict:
+    """The measured idle fraction (mean over the pipeline's devices, from the profiled step: each
+    rank, or each stage of a process that drives several), the analytic one for this schedule,
+    the schedule replayed with the measured costs, and the replica all-reduce hidden under
+    backward (mean over ranks that have one)."""
+    units = _measured_units(gathered)
+    idles = [idle for _, idle, _ in units]
+    hidden = [r["allreduce"]["hidden_allreduce_s"] for r in gathered if r.get("allreduce")]
+    # one machine's ranks share the profiler's clock; across machines each rank's own span is used
+    same_host = len({host for _, _, host in units}) == 1
+    measured = bool(units) and all(idles) and len(units) >= len(replicas)
+    fractions = (job_idle_fractions(idles) if same_host else [i["idle_fraction"] for i in idles]) if measured else None
+    replay = strategy.replayed_schedule(strategy.spec, len(replicas)) if measured else None
+    return {"bubble_measured": sum(fractions) / len(fractions) if measured else None,
+            "bubble_per_rank": fractions,
+            "bubble_analytic": strategy.analytic_bubble(strategy.spec, len(replicas)),
+            "bubble_replayed": _replayed(*replay, units) if replay else None,
+            "hidden_allreduce_s": sum(hidden) / len(hidden) if hidden else None}
+
+
+def _measured_units(gathered: list[dict]) -> list[tuple]:
+    """(stage, idle, host) of every device the job ran on: each rank, or each stage of a process
+    that drives several (torchgpipe)."""
+    units = []
+    for r in gathered:
+        if r.get("stages"):
+            units += [(int(j), st["idle"], r["host"]) for j, st in sorted(r["stages"].items(), key=lambda kv: int(kv[0]))]
+        else:
+            units.append((r["layout"].get("stage"), r.get("idle"), r["host"]))
+    return units
+
+
+def _replayed(schedule, placement, units: list[tuple]) -> float | None:
+    """The schedule replayed by the simulator with the time of each kind (forward, backward and its
+    parts, optimizer) each rank position of the pipeline spent in the profiled step (mean over its
+    replicas); None where the profile does not split the time by kind (a GPU's kernels)."""
+    if not all("F" in idle["busy_s"] for _, idle, _ in units):
+        return None
+    busy = []
+    for lane in range(len(schedule)):
+        spent = [idle["busy_s"] for stage, idle, _ in units if stage == lane]
+        busy.append({kind: sum(b.get(kind, 0.0) for b in spent) / len(spent) for kind in set().union(*spent)})
+    return replayed_bubble(schedule, busy, placement)
+
+
+def _host_use(device: str, threads: int, local_world: int) -> dict:
+    """Whether this host's workers could each run their threads on cores of their own: on an
+    oversubscribed CPU host, speed is not comparable (memory, accuracy and correctness still are)."""
+    cores = os.cpu_count() or 1
+    return {"threads_per_worker": threads, "workers_on_host": local_world, "host_cores": cores,
+            "speed_comparable": device != "cpu" or local_world * threads <= cores}
