@@ -56,6 +56,7 @@ class PipeliningStrategy(Strategy):
 
     @classmethod
     def complete(cls, spec) -> None:
+        super().complete(spec)
         st = spec.strategy
         if st.stages_per_rank is None:
             st.stages_per_rank = schedules.get(st.schedule).default_stages_per_rank

@@ -69,7 +69,9 @@ class DataConfig:
 @dataclass
 class TrainConfig:
     global_batch: int = bounded(64, 1)
-    micro_batches: int = bounded(1, 1)
+    # micro-batches per global batch; unset: the strategy's default (1 for DP and AshPipe, which move
+    # whole minibatches; for a synchronous pipeline two per stage, fewer where the batch does not split)
+    micro_batches: Optional[int] = bounded(None, 1)
     steps: int = bounded(100, 1)
     # if set, overrides steps with epochs * (train_size // global_batch)
     epochs: Optional[int] = bounded(None, 1)

@@ -18,7 +18,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from harness.core import data as data_mod
 from harness.config.registry import strategy_class, strategy_classes
-from harness.config.schema import DataConfig, LaunchConfig, LoggerConfig, ModelConfig, RunConfig, TrainConfig
+from harness.config.schema import (ClusterConfig, DataConfig, LaunchConfig, LoggerConfig, ModelConfig, RunConfig,
+                                   SimConfig, TrainConfig)
 from harness.core.checkpoints import checkpoint_folder
 from harness.core.errors import ConfigError
 from harness.core.options import check_node
@@ -41,6 +42,9 @@ class RunSpec:
     steps: int  # resolved from train.steps or train.epochs
     device: str  # cpu | cuda
     strategy_cls: type[Strategy] = Strategy
+    # what the simulator predicts it on (commands that predict: simulate, preview, sensitivity)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    sim: SimConfig = field(default_factory=SimConfig)
     # pipeline keys (stages, boundaries, schedule, recompute) a sweep set that this strategy has no concept of
     ignored: dict = field(default_factory=dict)
     steps_per_epoch: int = 0
@@ -90,11 +94,6 @@ def build_spec(cfg: DictConfig | RunConfig, launching: bool = True) -> RunSpec:
     t, launch = rc.train, rc.launch
 
     check_node(rc)  # every closed option set and numeric range the schema declares
-    if t.global_batch < t.micro_batches:
-        raise ConfigError(
-            f"train.global_batch={t.global_batch} cannot be split into train.micro_batches={t.micro_batches}; "
-            "raise the batch or lower the micro-batch count"
-        )
     if t.nesterov and (t.optimizer != "sgd" or t.momentum == 0):
         raise ConfigError("train.nesterov=true needs train.optimizer=sgd with train.momentum above 0")
     if rc.model.embed_dim % rc.model.num_heads:
@@ -118,7 +117,7 @@ def build_spec(cfg: DictConfig | RunConfig, launching: bool = True) -> RunSpec:
     cls = strategy_class(rc.strategy.name)
     strategy, ignored = strategy_config(cls, rc.strategy)
     check_node(strategy, "strategy.")  # the strategy's own closed sets and ranges
-    if not cls.takes_micro_batches and t.micro_batches != 1:
+    if not cls.takes_micro_batches and t.micro_batches not in (None, 1):
         # a sweep may share micro_batches with the synchronous pipelines
         print(f"note: strategy={cls.name} moves whole minibatches; train.micro_batches={t.micro_batches} does not "
               "apply (recorded as 1)", file=sys.stderr)
@@ -126,7 +125,7 @@ def build_spec(cfg: DictConfig | RunConfig, launching: bool = True) -> RunSpec:
     spec = RunSpec(
         model=rc.model, data=rc.data, strategy=strategy, train=t, launch=launch, logger=rc.logger,
         world_size=rc.world_size, seed=rc.seed, tag=rc.tag, block=rc.block, repeat=rc.repeat, steps=steps, device=device,
-        strategy_cls=cls, ignored=ignored, steps_per_epoch=steps_per_epoch,
+        strategy_cls=cls, cluster=rc.cluster, sim=rc.sim, ignored=ignored, steps_per_epoch=steps_per_epoch,
     )
     if spec.timed_steps < 1:
         raise ConfigError(
@@ -138,6 +137,13 @@ def build_spec(cfg: DictConfig | RunConfig, launching: bool = True) -> RunSpec:
         checkpoint_folder(t.resume)  # refuses a path without a checkpoint
     data_mod.check_available(rc.data)
     cls.complete(spec)
+    if t.micro_batches is None:  # unset: what this strategy's schedule takes (Strategy.default_micro_batches)
+        t.micro_batches = cls.default_micro_batches(spec)
+    if t.global_batch < t.micro_batches:
+        raise ConfigError(
+            f"train.global_batch={t.global_batch} cannot be split into train.micro_batches={t.micro_batches}; "
+            "raise the batch or lower the micro-batch count"
+        )
     cls.check(spec)
     if device == "cuda" and launching and "WORLD_SIZE" not in os.environ:
         gpus, needed = torch.cuda.device_count(), cls.gpus(spec)

@@ -59,7 +59,8 @@ class PipelineKeys(StrategyConfig):
     records that it ignored them, instead of refusing the run; a strategy that has the concept
     but not the value asked for (DeepSpeed's schedule=gpipe) refuses it in one line."""
 
-    stages: int = bounded(2, 1)
+    # pipeline stages (ranks per pipeline); unset: 2, or 1 on a single worker
+    stages: Optional[int] = bounded(None, 1)
     # index of the first layer of stages 1..S-1; unset: balanced on measured cost
     boundaries: Optional[list[int]] = None
     schedule: str = "1f1b"
@@ -98,7 +99,26 @@ class Strategy(ABC):
     @classmethod
     def complete(cls, spec) -> None:
         """Fill in the strategy's keys whose defaults depend on the rest of the spec (runs before
-        ``check``, so the record shows the value a run used)."""
+        ``check``, so the record shows the value a run used). A pipeline's ``strategy.stages``
+        unset is 2, or 1 on a single worker (a sweep over world sizes then runs every point)."""
+        st = spec.strategy
+        if isinstance(st, PipelineKeys) and st.stages is None:
+            st.stages = min(2, spec.world_size)
+
+    @classmethod
+    def default_micro_batches(cls, spec) -> int:
+        """``train.micro_batches`` when unset (after :meth:`complete`): 1 without pipeline stages;
+        for a synchronous pipeline of S stages in all (stages per rank included), the largest count
+        from 2S down to S that splits each pipeline's share of the batch evenly, 2S if none does
+        (:meth:`check` then says why). Two per stage keep 1F1B's bubble at (p-1)/(3p-1) and meet
+        every schedule's rule (at least one per stage; DualPipeV's two per rank's stage pair)."""
+        stages = getattr(spec.strategy, "stages", None) or 1
+        found = cls.schedule(spec)
+        if not cls.takes_micro_batches or stages <= 1 or (found and found[0].asynchronous):
+            return 1
+        total = stages * (found[1] if found else 1)
+        share = spec.train.global_batch // max(1, spec.world_size // stages)  # one pipeline's samples
+        return next((m for m in range(2 * total, total - 1, -1) if share % m == 0), 2 * total)
 
     @classmethod
     def check(cls, spec) -> None:
