@@ -8,7 +8,6 @@ first, on the command line.
 from __future__ import annotations
 
 import os
-import sys
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import ChoiceSweep
@@ -43,11 +42,3 @@ def _options(folder: str) -> list[str]:
     """Every option of a config group, those in its sub-folders as Hydra names them (``ci/speed_dp_w1``)."""
     return sorted(os.path.relpath(os.path.join(root, name), folder)[: -len(".yaml")].replace(os.sep, "/")
                   for root, _, names in os.walk(folder) for name in names if name.endswith(".yaml"))
-
-
-def refuse_unknown_choices(argv: list[str], config_dir: str) -> None:
-    """Exit 2 with one ``error:`` line before Hydra composes anything, if an option is unknown."""
-    message = unknown_choice(argv, config_dir)
-    if message:
-        print(f"error: {message}", file=sys.stderr)
-        raise SystemExit(2)

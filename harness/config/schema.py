@@ -162,20 +162,20 @@ class ClusterConfig:
 
 @dataclass
 class SimConfig:
-    # profile JSON written by python -m harness.profile (None: measure on this machine first)
+    # profile JSON written by pipebench profile (None: measure on this machine first)
     profile: Optional[str] = None
-    # where python -m harness.profile writes (None: profiles/<model>-<device>.json)
+    # where pipebench profile writes (None: profiles/<model>-<device>.json)
     out: Optional[str] = None
-    # python -m harness.profile also measures the strategy's runtime overhead on this host (null-model
+    # pipebench profile also measures the strategy's runtime overhead on this host (null-model
     # runs of the strategy itself), which a prediction for this host (cluster=local_cpu) adds
     runtime_overhead: bool = True
-    # python -m harness.simulate's compute costs: a measured profile (sim.profile, or measured now), or
+    # pipebench simulate's compute costs: a measured profile (sim.profile, or measured now), or
     # the roofline model of a named GPU from FLOPs and bytes (harness.planning.roofline)
     compute: str = choice("profile", "profile", "roofline")
     gpu: str = "A100"  # roofline: the GPU (a name its datasheet tables match: H100, H200, A100, L40S, ...)
     # roofline: the fraction of the datasheet's FLOP/s and bandwidth a run achieves (an assumption) ...
     gpu_fraction: float = bounded(0.5, 0, 1, above=True)
-    # ... unless taken from a profile measured on that GPU (python -m harness.profile launch.device=cuda)
+    # ... unless taken from a profile measured on that GPU (pipebench profile launch.device=cuda)
     gpu_profile: Optional[str] = None
 
 

@@ -119,7 +119,7 @@ def _checked_cifar100(verify_md5: bool):
                     raise ConfigError(
                         f"CIFAR-100 file missing: {path}; set data.root to the folder holding 'cifar-100-python', "
                         + ("or pass data.download=true where the network allows" if verify_md5 else
-                           "or write the set there first (data=digits: python -m harness.digits --root <data.root>)")
+                           "or write the set there first (data=digits: pipebench digits --root <data.root>)")
                     )
                 if verify_md5:
                     ok = check_integrity(path, md5)

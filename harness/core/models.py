@@ -15,7 +15,6 @@ import contextlib
 import torch
 import torch.nn.functional as F
 from torch import nn
-from timm.models.vision_transformer import VisionTransformer
 
 
 class Embedding(nn.Module):
@@ -63,6 +62,10 @@ class Head(nn.Module):
 
 
 def build_timm_vit(cfg) -> nn.Module:
+    # timm (with torchvision) takes about 2 s to import here: only what builds a model pays for it,
+    # not the commands that check a configuration or read records
+    from timm.models.vision_transformer import VisionTransformer
+
     return VisionTransformer(
         img_size=cfg.img_size,
         patch_size=cfg.patch_size,

@@ -232,7 +232,7 @@ def predict(profile: Profile, cluster: Cluster, layout: SimLayout, world_size: i
     splits = any(a.op in (sch.BWD_I, sch.BWD_W) for acts in lists or [] for a in acts)
     if splits and any(l.backward_input_s is None for l in layers):
         raise ConfigError(f"schedule {layout.schedule} splits each backward into its input- and weight-gradient "
-                          "parts, which this profile does not time; profile again (python -m harness.profile)")
+                          "parts, which this profile does not time; profile again (pipebench profile)")
     ranks = _stage_ranks(replicas)
     # layer times measured in isolation, scaled to what a whole forward and backward measured on
     # the same device took, or each stage's own steady-state pass where the profile timed this cut

@@ -9,11 +9,14 @@ strategy with different micro-batch counts) are built in the same processes and 
 interleaved rounds, exactly as the worker times a step (``train_step`` on the device
 timer, the job's step being the slowest rank's), so a shared host's drift falls on all
 of them alike. :func:`harness.planning.simulator.fit_runtime_overhead` turns the times
-into a per-action and a per-step cost.
+into a per-action and a per-step cost; :func:`measure_runtime_overhead` does both for a spec
+(``pipebench profile`` stores the result in the profile).
 """
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import json
 import os
 import statistics
@@ -27,7 +30,12 @@ from harness.core.data import BatchOrder, load
 from harness.core.host import start_workers, threads_per_process
 from harness.metrics.meter import track_cpu_allocations
 from harness.core.models import build_layers
+from harness.core.errors import ConfigError
 from harness.core.timing import DeviceTimer
+from harness.planning.forecast import device_of, workload_of
+from harness.planning.planner import Profile
+from harness.planning.profiling import measure_profile
+from harness.planning.simulator import Cluster, RuntimeOverhead, fit_runtime_overhead, predict
 
 
 def null_step_times(specs: list[RunSpec], rounds: int = 5, steps: int = 6, warmup: int = 3) -> list[float]:
@@ -80,3 +88,57 @@ def _worker(rank: int, world: int, specs: list[RunSpec], rounds: int, steps: int
                 json.dump(medians, f)
     finally:
         comm_mod.destroy()
+
+
+# A model with the same layers (so the same stages, actions and parameter tensors) and almost no
+# arithmetic: one token of 8 features. Its runs cost what the runtime costs around the operators.
+_NULL_WIDTH = 8
+
+
+def null_spec(spec: RunSpec, micro_batches: int) -> RunSpec | None:
+    """``spec`` on the null model with ``micro_batches`` micro-batches; None where the strategy
+    cannot run that many."""
+    model = dataclasses.replace(spec.model, embed_dim=_NULL_WIDTH, num_heads=1, mlp_ratio=1.0,
+                                patch_size=spec.model.img_size)
+    train = dataclasses.replace(spec.train, micro_batches=micro_batches)
+    null = dataclasses.replace(spec, model=model, train=train, strategy=copy.deepcopy(spec.strategy),
+                               output_dir="", partition_dir="")
+    try:
+        null.strategy_cls.check(null)
+    except ConfigError:
+        return None
+    return null
+
+
+def measure_runtime_overhead(spec: RunSpec, profile: Profile) -> RuntimeOverhead:
+    """The per-action and per-step host costs of ``spec``'s strategy here: the strategy itself runs
+    on the null model (the same workers, schedule and global batch, timed as the worker times a
+    step; :mod:`harness.run.calibrate`) with its micro-batches and with twice as many (the action
+    count changes, the step count does not), and
+    :func:`harness.planning.simulator.fit_runtime_overhead` finds the costs that make the replays
+    of those runs, with the null model's own measured layers, take the time they took."""
+    device = device_of(spec)
+    cluster = Cluster(name="this host", devices_per_node=spec.world_size, comm_uses_compute=device.type == "cpu")
+    cluster.use_network(profile.network)
+    nulls, seen = [], []
+    for count in (spec.train.micro_batches, 2 * spec.train.micro_batches):
+        null = null_spec(spec, count)
+        if null is None:
+            continue
+        layout = null.strategy_cls.simulated(null, profile, cluster)
+        if layout not in seen:  # a strategy whose actions do not follow the micro-batches (DP) runs once
+            nulls.append(null)
+            seen.append(layout)
+    measured = null_step_times(nulls)
+    # the null model's own layers at each run's micro-batch size; the per-sample costs of layers
+    # this small depend on it
+    profiles = [measure_profile(workload_of(null), device, network=profile.network) for null in nulls]
+    layouts = [null.strategy_cls.simulated(null, p, cluster) for null, p in zip(nulls, profiles)]
+    runs = [(layout, null.world_size, null.train.global_batch, t, p)
+            for layout, null, t, p in zip(layouts, nulls, measured, profiles)]
+    per_action, per_step = fit_runtime_overhead(cluster, runs)
+    calibration = [{"micro_batches": null.train.micro_batches, "measured_step_s": t,
+                    "replayed_step_s": predict(p, cluster, layout, null.world_size, null.train.global_batch,
+                                               overhead=(per_action, per_step)).iteration_s}
+                   for layout, null, t, p in zip(layouts, nulls, measured, profiles)]
+    return RuntimeOverhead(layouts[0].strategy, layouts[0].schedule, per_action, per_step, calibration)

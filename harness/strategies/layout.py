@@ -244,7 +244,7 @@ def simulated_pipeline(spec, profile: Profile, replicas: list[int], schedule: st
     n = len(profile.layers)
     if n != num_layers(spec.model):
         raise ConfigError(f"the profile has {n} layers but {spec.model.name} as configured has {num_layers(spec.model)}; "
-                          "profile this model as configured (python -m harness.profile with the same model.* keys)")
+                          "profile this model as configured (pipebench profile with the same model.* keys)")
     boundaries = getattr(spec.strategy, "boundaries", None)
     if boundaries is None:
         costs = [l.forward_s + l.backward_s for l in profile.layers]

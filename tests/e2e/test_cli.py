@@ -44,10 +44,10 @@ def test_multirun_of_two_jobs_records_both_and_prints_the_table(workdir):
     assert "| dp " in proc.stdout and "speedup" in proc.stdout
     assert os.path.isfile(os.path.join(sweep, "results.md"))
     # the results command rebuilds the same table from the records
-    table = run_cli([sweep], cwd=workdir, module="harness.results")
+    table = run_cli([sweep], cwd=workdir, verb="results")
     assert table.returncode == 0 and table.stdout.count("| dp ") == 2
     for fmt, marker in (("csv", "strategy,layout,model"), ("latex", "\\begin{tabular}")):
-        out = run_cli([sweep, "--format", fmt], cwd=workdir, module="harness.results")
+        out = run_cli([sweep, "--format", fmt], cwd=workdir, verb="results")
         assert out.returncode == 0 and marker in out.stdout
 
 
@@ -105,7 +105,7 @@ def test_every_strategy_trains_in_bf16_on_cpu_with_flops_and_mfu_in_its_record(w
 
 
 def test_results_command_without_records_says_so(workdir):
-    proc = run_cli([workdir], cwd=workdir, module="harness.results")
+    proc = run_cli([workdir], cwd=workdir, verb="results")
     assert proc.returncode == 2 and "no readable metrics.json" in proc.stderr
 
 

@@ -8,7 +8,7 @@ from tests.helpers.cli import TINY, run_cli
 
 def test_plan_command_prints_a_plan_without_training(tmp_path):
     proc = run_cli(["model=vit_tiny", "world_size=4", "train.global_batch=32", "strategy.bandwidth_gbps=10"],
-                   cwd=str(tmp_path), module="harness.plan", timeout=180)
+                   cwd=str(tmp_path), verb="plan", timeout=180)
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = proc.stdout
     assert "AshPipe plan for 4 workers" in out and "predicted time per minibatch" in out
@@ -36,7 +36,7 @@ def test_a_later_job_resumes_in_hybrid_mode_from_the_switch_checkpoint(tmp_path)
 def test_the_preview_lists_every_job_of_a_sweep_without_starting_one(tmp_path):
     six = "strategy=dp,hippie,ashpipe,pipelining,deepspeed,gpipe"
     proc = run_cli(["-m", six, "world_size=2,3", "train.micro_batches=4"], cwd=str(tmp_path),
-                   module="harness.preview", timeout=120)
+                   verb="preview", timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = [line for line in proc.stdout.splitlines() if line.startswith("| strategy=")]
     assert len(rows) == 12  # six strategies at two world sizes, in launch order
@@ -51,14 +51,14 @@ def test_the_preview_lists_every_job_of_a_sweep_without_starting_one(tmp_path):
 
 
 def test_the_plan_command_refuses_a_strategy_without_a_planner_in_one_line(tmp_path):
-    proc = run_cli(["strategy=hippie", "world_size=2"], cwd=str(tmp_path), module="harness.plan", timeout=60)
+    proc = run_cli(["strategy=hippie", "world_size=2"], cwd=str(tmp_path), verb="plan", timeout=60)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: python -m harness.plan plans AshPipe"), lines
 
 
 def test_gpucheck_without_a_gpu_says_so_in_one_line_and_exits_0(tmp_path):
-    proc = run_cli(["--out", str(tmp_path / "out")], cwd=str(tmp_path), module="harness.gpucheck", timeout=60,
+    proc = run_cli(["--out", str(tmp_path / "out")], cwd=str(tmp_path), verb="gpucheck", timeout=60,
                    env={"CUDA_VISIBLE_DEVICES": ""})
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.splitlines() == ["gpucheck: no CUDA device visible, nothing to check (run it on a GPU node)"]
@@ -66,6 +66,6 @@ def test_gpucheck_without_a_gpu_says_so_in_one_line_and_exits_0(tmp_path):
 
 
 def test_the_benchmark_refuses_an_unknown_model_in_one_line(tmp_path):
-    proc = run_cli(["--models", "vit_nope"], cwd=str(tmp_path), module="harness.bench", timeout=60)
+    proc = run_cli(["--models", "vit_nope"], cwd=str(tmp_path), verb="bench", timeout=60)
     assert proc.returncode == 2 and proc.stderr.startswith("error: --models from vit_micro, vit_tiny")
     assert len(proc.stderr.splitlines()) == 1

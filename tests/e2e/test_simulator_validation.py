@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from harness.validate import CONFIGS, validate_once
+from harness.commands.validate import CONFIGS, validate_once
 from tests.helpers.cli import run_cli
 
 # One run on this shared 2-core machine differs from the next run of the same configuration by
@@ -64,6 +64,6 @@ def test_predicted_throughput_is_close_to_measured_and_ranks_alike(workdir):
 
 
 def test_validate_refuses_a_run_without_timed_steps(workdir):
-    proc = run_cli(["--repeats", "1", "--steps", "5", "--out", workdir], cwd=workdir, module="harness.validate")
+    proc = run_cli(["--repeats", "1", "--steps", "5", "--out", workdir], cwd=workdir, verb="validate")
     assert proc.returncode == 2 and "--steps over 5" in proc.stderr
     assert os.listdir(workdir) == []

@@ -10,7 +10,7 @@ import os
 import pytest
 import torch
 
-from harness import gpucheck
+from harness.commands import gpucheck
 from harness.core.timing import DeviceTimer
 from tests.helpers.cli import ROOT, run_cli
 

@@ -31,8 +31,9 @@ def make_spec(*overrides: str) -> RunSpec:
     return build_spec(compose_config(list(overrides)))
 
 
-def run_cli(args: list[str], cwd: str, timeout: float = 240, module: str = "harness", env: dict | None = None):
-    """``python -m <module> args`` as a user would run it, in ``cwd``."""
+def run_cli(args: list[str], cwd: str, timeout: float = 240, verb: str | None = None, env: dict | None = None):
+    """``pipebench <verb> args`` (``python -m harness``: ``run`` without a verb) as a user would run it,
+    in ``cwd``."""
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", "WANDB_SILENT": "true", **(env or {})}
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=full_env, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run([sys.executable, "-m", "harness", *([verb] if verb else []), *args], cwd=cwd, env=full_env,
+                          capture_output=True, text=True, timeout=timeout)

@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import ConfigKeyError, ValidationError
 
 from harness.config import schema
-from harness import digits
+from harness import commands
 from harness.config.registry import CONFIG_DIR, strategy_classes
 from harness.core.errors import ConfigError
 from tests.helpers.cli import compose_config, make_spec
@@ -73,9 +73,9 @@ EXPECTED_REFUSALS = {
 
 @pytest.fixture(scope="module")
 def digits_root(tmp_path_factory) -> str:
-    """scikit-learn's digits written as data=digits expects them (python -m harness.digits)."""
+    """scikit-learn's digits written as data=digits expects them (pipebench digits)."""
     root = str(tmp_path_factory.mktemp("digits"))
-    digits.main(["--root", root])
+    assert commands.main(["digits", "--root", root]) == 0
     return root
 
 

@@ -96,9 +96,9 @@ def test_augmented_batches_depend_on_seed_and_step_only_and_crop_and_flip_the_im
 
 
 def test_digits_in_cifar100_format_are_read_by_the_real_loader(tmp_path):
-    from harness.digits import main
+    from harness.commands import main
 
-    main(["--root", str(tmp_path)])
+    assert main(["digits", "--root", str(tmp_path)]) == 0
     cfg = DataConfig(name="cifar100", root=str(tmp_path), verify_md5=False, label="digits")
     ds = load(cfg, seed=0)
     assert len(ds.train) == train_size(cfg) == 1438 and len(ds.test) == 359  # the epoch's length from the file

@@ -209,14 +209,14 @@ def test_seeds_give_steps_to_target_the_runs_that_reached_it_and_curves_with_a_b
 
 
 def test_time_to_another_target_is_read_from_the_curves(tmp_path, capsys):
-    from harness.results import main
+    from harness.commands import main
 
     curve = [{"step": 10 * k, "accuracy": a, "elapsed_s": 2.0 * k} for k, a in enumerate((0.1, 0.3, 0.5), start=1)]
     write(str(tmp_path / "run"), {**_rec("dp", 2, 100.0, 200), "target_accuracy": 0.9, "accuracy_curve": curve,
                                   "time_to_target_s": None})
-    assert main([str(tmp_path), "--format", "csv", "--target", "0.3"]) == 0
+    assert main(["results", str(tmp_path), "--format", "csv", "--target", "0.3"]) == 0
     lines = capsys.readouterr().out.splitlines()
     row = dict(zip(lines[0].split(","), lines[1].split(",")))
     assert float(row["s to target"]) == 4.0 and float(row["steps to target"]) == 20  # the run's target was 0.9
-    with pytest.raises(SystemExit):
-        main([str(tmp_path), "--target", "40"])  # a percentage, not a fraction: refused
+    assert main(["results", str(tmp_path), "--target", "40"]) == 2  # a percentage, not a fraction: refused
+    assert "give the accuracy as a fraction" in capsys.readouterr().err

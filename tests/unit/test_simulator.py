@@ -135,7 +135,7 @@ def test_the_measured_wake_up_lengthens_compute_after_waits_on_the_profiled_host
 
 def test_a_stage_factor_makes_the_kept_layers_replay_the_stage_pass_its_process_timed():
     from harness.planning.profiling import _stage_factors
-    from harness.cli.profiles import workload
+    from harness.planning.forecast import workload_of as workload
     work = workload(make_spec("strategy=hippie", "world_size=2", "strategy.boundaries=[3]"))
     kept = _uniform_profile(n_layers=6).layers  # 3 ms a sample through each layer, forward and backward
     factors = _stage_factors(work, kept, [0.018 * work.samples, 0.009 * work.samples])
@@ -144,7 +144,7 @@ def test_a_stage_factor_makes_the_kept_layers_replay_the_stage_pass_its_process_
 
 
 def test_workloads_time_stages_only_for_one_stage_per_worker_in_1f1b():
-    from harness.cli.profiles import workload
+    from harness.planning.forecast import workload_of as workload
     cut = ["strategy.boundaries=[3]"]
     assert workload(make_spec("strategy=hippie", "world_size=2", *cut)).stages == [(0, 3), (3, 6)]
     assert workload(make_spec("strategy=ashpipe", "world_size=2", "strategy.replicas=[1,1]", *cut)).stages == \
@@ -350,7 +350,9 @@ def test_validation_tables_are_rebuilt_from_an_interrupted_run(tmp_path):
     configurations it finished, and each row says over how many repeats it stands."""
     import json as _json
 
-    from harness.validate import CONFIGS, main
+    from harness.commands import main
+    from harness.commands.validate import CONFIGS
+    from harness.report import record as record_mod
 
     first, second = list(CONFIGS)[:2]
 
@@ -358,14 +360,14 @@ def test_validation_tables_are_rebuilt_from_an_interrupted_run(tmp_path):
         base = name.replace(" ", "_").replace("=", "")
         for sub, value in ((f"measured/{base}-before", before), (f"measured/{base}-after", after),
                            (f"simulated/{base}", predicted)):
-            folder = tmp_path / f"repeat{repeat}" / sub
-            folder.mkdir(parents=True)
-            (folder / "metrics.json").write_text(_json.dumps({"throughput": value}))
+            # a record of this harness's schema, as the commands write them (read through the record module)
+            record_mod.write(str(tmp_path / f"repeat{repeat}" / sub),
+                             {**record_mod.failed_record({}, ""), "status": "ok", "error": None, "throughput": value})
 
     write(0, first, 90.0, 110.0, 110.0)
     write(0, second, 50.0, 50.0, 40.0)
     write(1, first, 100.0, 100.0, 100.0)  # interrupted before the second configuration
-    main(["--summarise", "--out", str(tmp_path)])
+    assert main(["validate", "--summarise", "--out", str(tmp_path)]) == 0
     table = {row["configuration"]: row for row in csv.DictReader(open(tmp_path / "validation.csv"))}
     assert table[first]["repeats"] == "2" and float(table[first]["error of means"]) == pytest.approx(0.05)
     assert table[second]["repeats"] == "1" and float(table[second]["error of means"]) == pytest.approx(-0.2)

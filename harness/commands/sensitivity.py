@@ -1,5 +1,4 @@
-"""``python -m harness.sensitivity`` (``pipebench-sensitivity``): which assumption decides the
-papers'-regime speedups.
+"""Which assumption decides the papers'-regime speedups: predictions only, nothing runs.
 
 For each papers'-regime point (ViT-H/14 and ViT-B at global batch 256 on 16 GPUs of
 ``dgx_nvlink``, bf16, the roofline model of an A100), the predicted speedup over DP of
@@ -7,10 +6,11 @@ AshPipe (its planner's plan) and of Hippie (2 stages x 8 replicas, 1F1B), first 
 base assumptions, then moving one at a time: the fraction of the GPU's datasheet a run
 achieves (``sim.gpu_fraction``), the inter-node bandwidth (``cluster.inter_node_gbps``)
 and the micro-batch count (``train.micro_batches``, Hippie only). Every prediction is the
-simulator's, through the same specs and strategy classes as ``python -m harness.simulate``;
-nothing runs.
+simulator's, through the same specs, strategy classes and prediction as ``pipebench
+simulate`` (harness.planning.forecast); nothing runs.
 
-    python -m harness.sensitivity --out results/papers_regime/sensitivity.md
+Example:
+  pipebench sensitivity --out results/papers_regime/sensitivity.md
 """
 
 from __future__ import annotations
@@ -19,13 +19,11 @@ import argparse
 import os
 
 import pandas as pd
-from hydra import compose, initialize_config_dir
+from hydra import compose
 
-from harness.cli.profiles import cluster_of, roofline_of
-from harness.config.registry import CONFIG_DIR
-from harness.config.schema import register_configs
+from harness.cli.hydra_app import composing
 from harness.config.spec import build_spec
-from harness.planning.simulator import predict
+from harness.planning.forecast import forecast
 
 BASE = ["train.global_batch=256", "train.precision=bf16", "cluster=dgx_nvlink", "sim.compute=roofline", "sim.gpu=A100",
         "world_size=16", "logger.mode=disabled"]
@@ -38,13 +36,9 @@ KNOBS = [("GPU fraction", "sim.gpu_fraction", (0.3, 0.5, 0.7)),
 
 
 def throughput(overrides: list[str]) -> float:
-    """The predicted samples/s of one spec (as ``python -m harness.simulate`` would predict it)."""
-    cfg = compose(config_name="config", overrides=overrides)
-    spec = build_spec(cfg, launching=False)
-    profile = roofline_of(cfg, spec)
-    cluster = cluster_of(cfg, profile)
-    layout = spec.strategy_cls.simulated(spec, profile, cluster)
-    return predict(profile, cluster, layout, spec.world_size, spec.train.global_batch).throughput
+    """The predicted samples/s of one spec (as ``pipebench simulate`` would predict it)."""
+    spec = build_spec(compose(config_name="config", overrides=overrides), launching=False)
+    return forecast(spec).prediction.throughput
 
 
 def speedups(overrides: list[str], micro_batches: int = MICRO_BATCHES) -> dict[str, float]:
@@ -67,12 +61,12 @@ def table() -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m harness.sensitivity", description=__doc__.split("\n\n")[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default="", help="also write the table (markdown) to this file")
-    args = parser.parse_args(argv)
-    register_configs()
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+
+
+def main(args: argparse.Namespace) -> int:
+    with composing():
         df = table()
     text = df.to_markdown(index=False, floatfmt=".3f")
     print(text)
@@ -81,7 +75,4 @@ def main(argv: list[str] | None = None) -> None:
         with open(args.out, "w") as f:
             f.write(f"Base: {' '.join(BASE)}, Hippie at {MICRO_BATCHES} micro-batches; each row moves one "
                     f"assumption from the base.\n\n{text}\n")
-
-
-if __name__ == "__main__":
-    main()
+    return 0

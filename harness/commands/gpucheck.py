@@ -1,4 +1,4 @@
-"""``python -m harness.gpucheck``: every path a single GPU can run, one line per check.
+"""Every path a single GPU can run, one line per check, PASS or FAIL with what it measured.
 
 In a few minutes on one GPU: the device and its peak; CUDA-event timing (the
 device timer every measurement uses) against the profiler's kernel times, within
@@ -135,8 +135,9 @@ def check_no_stray_copies(ctx: Context) -> str:
 # -- real runs through the harness ------------------------------------------------------------
 
 
-def _harness(ctx: Context, name: str, module: str, *overrides: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", module, *overrides]
+def _harness(ctx: Context, name: str, verb: str, *overrides: str) -> subprocess.CompletedProcess:
+    """``pipebench <verb> <overrides>`` as a user runs it, its output kept in ``<out>/<name>.log``."""
+    cmd = [sys.executable, "-m", "harness", verb, *overrides]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     with open(os.path.join(ctx.out, f"{name}.log"), "w") as f:
         f.write(" ".join(cmd) + "\n" + proc.stdout + proc.stderr)
@@ -148,7 +149,7 @@ def _harness(ctx: Context, name: str, module: str, *overrides: str) -> subproces
 
 def _run(ctx: Context, name: str, *overrides: str) -> dict:
     folder = os.path.join(ctx.out, name)
-    _harness(ctx, name, "harness", *overrides, f"launch.device={ctx.device}", "logger.mode=disabled",
+    _harness(ctx, name, "run", *overrides, f"launch.device={ctx.device}", "logger.mode=disabled",
              f"train.steps={ctx.steps}", "train.warmup_steps=4", "train.eval_samples=1024",
              "data.train_size=4096", "data.test_size=1024", f"hydra.run.dir={folder}")
     with open(os.path.join(folder, "metrics.json")) as f:
@@ -195,7 +196,7 @@ def check_executor(ctx: Context) -> str:
                   "strategy.recompute=all", "train.micro_batches=4", "train.precision=bf16", *_VIT_B)
     split = record["per_rank"][0]["time_split"]
     covered = (split["compute_s"] + split["comm_s"] + split["idle_s"]) / record["step_time_s"]
-    line = (f"Hippie executor, 1 stage x 4 micro-batches, recompute all, bf16: " + _summary(record)
+    line = ("Hippie executor, 1 stage x 4 micro-batches, recompute all, bf16: " + _summary(record)
             + f"; device-timed actions cover {covered:.0%} of the step")
     if not 0.9 <= covered <= 1.05:
         raise AssertionError(line)
@@ -205,7 +206,7 @@ def check_executor(ctx: Context) -> str:
 def check_torchgpipe(ctx: Context) -> str:
     record = _run(ctx, "gpipe_bf16", "strategy=gpipe", "world_size=2", "strategy.devices=1",
                   "train.micro_batches=4", "train.precision=bf16", *_VIT_B)
-    return f"torchgpipe, 2 partitions on cuda:0, 4 micro-batches, bf16: " + _summary(record)
+    return "torchgpipe, 2 partitions on cuda:0, 4 micro-batches, bf16: " + _summary(record)
 
 
 def check_profiles(ctx: Context) -> str:
@@ -216,14 +217,14 @@ def check_profiles(ctx: Context) -> str:
     for model in ("vit_h14", "vit_base"):
         path = os.path.join(ctx.profiles, f"{model}-cuda-bf16.json")
         started = time.perf_counter()
-        _harness(ctx, f"profile_{model}", "harness.profile", f"model={model}", "strategy=hippie", "world_size=16",
+        _harness(ctx, f"profile_{model}", "profile", f"model={model}", "strategy=hippie", "world_size=16",
                  "train.global_batch=256", "train.micro_batches=8", "launch.device=cuda", "train.precision=bf16",
                  f"sim.out={path}")
         with open(path) as f:
             profile = json.load(f)
         per_sample = sum(l["forward_s"] + l["backward_s"] for l in profile["layers"])
         lines.append(f"{model} {per_sample * 1e3:.2f} ms/sample fwd+bwd ({time.perf_counter() - started:.0f} s)")
-    plan = _harness(ctx, "plan_vit_h14", "harness.plan", "model=vit_h14", "world_size=8", "train.global_batch=256",
+    plan = _harness(ctx, "plan_vit_h14", "plan", "model=vit_h14", "world_size=8", "train.global_batch=256",
                     "launch.device=cuda", "train.precision=bf16", "strategy.bandwidth_gbps=150",
                     "strategy.memory_limit=80")
     chosen = next((l.split(": ", 1)[-1] for l in plan.stdout.splitlines() if l.startswith("AshPipe plan")), "no plan line")
@@ -235,14 +236,15 @@ CHECKS = [("device", check_device), ("event-timing", check_event_timing), ("no-s
           ("torchgpipe", check_torchgpipe), ("profiles", check_profiles)]
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.gpucheck", description=__doc__.split("\n\n")[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default=os.path.join("outputs", "gpucheck", time.strftime("%Y-%m-%d_%H-%M-%S")),
                         help="folder for the runs' records, logs and gpucheck.json")
     parser.add_argument("--profiles", default=None, help="where the CUDA profiles go (default: OUT/profiles)")
     parser.add_argument("--steps", type=int, default=20, help="steps of each run (default 20)")
-    parser.add_argument("--only", default=None, help="comma-separated check names to run")
-    args = parser.parse_args(argv)
+    parser.add_argument("--only", default=None, help=f"comma-separated check names to run, of {', '.join(n for n, _ in CHECKS)}")
+
+
+def main(args: argparse.Namespace) -> int:
     if not torch.cuda.is_available():
         print("gpucheck: no CUDA device visible, nothing to check (run it on a GPU node)")
         return 0
@@ -263,7 +265,3 @@ def main(argv: list[str] | None = None) -> int:
         json.dump(ctx.results, f, indent=1)
     print(f"gpucheck: {len(chosen) - failed} of {len(chosen)} checks passed ({args.out})")
     return 1 if failed else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

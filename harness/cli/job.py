@@ -1,4 +1,5 @@
-"""The task of ``python -m harness``: one run = validate, launch, record, mirror, summarise."""
+"""One job of ``pipebench run``: validate, launch, record, mirror, summarise (a single run, or one
+point of a sweep); the command itself is :mod:`harness.commands.run`."""
 
 from __future__ import annotations
 
@@ -64,8 +65,8 @@ def _run_preemptible(spec, output_dir: str) -> dict:
         return rec
 
 
-def run_task(cfg: DictConfig) -> None:
-    """One job of ``python -m harness`` (a single run, or one point of a sweep)."""
+def task(cfg: DictConfig) -> None:
+    """One job (a single run, or one point of a sweep)."""
     hc = HydraConfig.get()
     output_dir = hc.runtime.output_dir
     multirun = hc.mode == RunMode.MULTIRUN

@@ -1,6 +1,6 @@
-"""Build a small real-image set in CIFAR-100's format from scikit-learn's bundled digits.
+"""Write scikit-learn's digits in CIFAR-100's format, a real-image set that needs no download.
 
-``python -m harness.digits [--root data/digits]`` writes scikit-learn's 1,797 handwritten digits
+``pipebench digits [--root data/digits]`` writes scikit-learn's 1,797 handwritten digits
 (8x8 grey images of 10 classes, shipped inside the package: no download) as 32x32 RGB images
 in CIFAR-100's python archive, split 80/20 by a fixed permutation, so the real CIFAR-100 loader
 reads them (``data=digits``, which is ``data=cifar100 data.root=data/digits
@@ -36,14 +36,12 @@ def digits_splits(seed: int = 0) -> dict[str, tuple[np.ndarray, list[int]]]:
             "test": (images[test], digits.target[test].tolist())}
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--root", default="data/digits", help="folder to write cifar-100-python/ into")
-    args = parser.parse_args(argv)
+
+
+def main(args: argparse.Namespace) -> int:
     splits = digits_splits()
     folder = write_cifar100(args.root, splits, [f"digit_{d}" for d in range(10)])
     print(f"wrote {len(splits['train'][1])} training and {len(splits['test'][1])} test images to {folder}")
-
-
-if __name__ == "__main__":
-    main()
+    return 0

@@ -1,4 +1,4 @@
-"""``python -m harness.plan [overrides]`` (``pipebench-plan``): print AshPipe's plan without training.
+"""Print AshPipe's plan (stages, replicas, predicted time and memory) without training.
 
 Profiles the model's layers on this machine's device (identical blocks are
 measured once, so ViT-H/14 takes seconds) and plans for ``world_size``
@@ -9,6 +9,9 @@ cluster's memory per worker comes from ``strategy.memory_limit`` (GiB).
 Inside a job (``strategy=ashpipe`` without ``strategy.replicas``) the same
 planner runs on rank 0 with the network measured between the job's workers
 (:func:`harness.planning.in_job.plan_in_job`).
+
+Example:
+  pipebench plan model=vit_h14 world_size=8 strategy.bandwidth_gbps=12.5 strategy.memory_limit=80
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import sys
 import torch
 from omegaconf import DictConfig
 
-from harness.cli.common import NO_OUTPUT_DIR, hydra_command, spec_or_exit
+from harness.cli.hydra_app import NO_OUTPUT_DIR, hydra_command, spec_or_exit
 from harness.core.errors import ConfigError
 from harness.core.models import build_layers
 from harness.planning.in_job import assumed_network, plan_here
@@ -27,11 +30,14 @@ from harness.planning.profiling import measure_local_network
 from harness.strategies.ashpipe import AshPipeStrategy
 
 
-def _plan(cfg: DictConfig) -> None:
+OVERRIDES = True
+
+
+def task(cfg: DictConfig) -> None:
     spec = spec_or_exit(cfg, launching=False)  # plans for a cluster, not for this host
     if not issubclass(spec.strategy_cls, AshPipeStrategy):
-        print(f"error: python -m harness.plan plans AshPipe's stages and replicas; strategy={spec.strategy.name} "
-              "has no planner (drop the strategy override, or use python -m harness.preview to see its layout)",
+        print(f"error: pipebench plan plans AshPipe's stages and replicas; strategy={spec.strategy.name} "
+              "has no planner (drop the strategy override, or use pipebench preview to see its layout)",
               file=sys.stderr)
         raise SystemExit(2)
     try:
@@ -52,11 +58,8 @@ def _plan(cfg: DictConfig) -> None:
     print(chosen.describe([type(l).__name__ for l in layers], dp))
 
 
-def main() -> None:
-    if not any(a.startswith("strategy=") for a in sys.argv[1:]):
-        sys.argv.append("strategy=ashpipe")
-    hydra_command(_plan, NO_OUTPUT_DIR)
-
-
-if __name__ == "__main__":
-    main()
+def main(args: list[str]) -> int:
+    if not any(a.startswith("strategy=") for a in args):
+        args = [*args, "strategy=ashpipe"]
+    hydra_command(task, args, NO_OUTPUT_DIR)
+    return 0

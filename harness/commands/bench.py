@@ -1,9 +1,9 @@
-"""``python -m harness.bench``: our runtime against its peers on the same schedule, with ratios.
+"""Our runtime against its peers on the same schedule, with ratios, repeats interleaved.
 
 A benchmark, not a timed test: in one invocation it runs each configuration
 ``--repeats`` times, interleaved in time (every configuration once, then again,
 ...), on two models (``vit_micro`` at global batch 64, and ``vit_tiny`` at 32,
-where compute dominates), every run a real ``python -m harness`` command with
+where compute dominates), every run a real ``pipebench run`` command with
 one thread per worker, the same given partition for every pipeline, 4
 micro-batches and no recomputation:
 
@@ -20,17 +20,19 @@ bound (2 T1). Where the bounds are missed, it says why from the runs' profiled s
 (measured one way for every strategy): the compute a sample costs in each
 configuration against one worker alone, and the share of its schedule each spends
 computing at that cost. ``--out`` gets ``bench.md``, ``bench.json`` and the runs' records.
+
+Example (about 18 minutes on 2 cores):
+  pipebench bench --repeats 3 --out results/bench
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import statistics
-import subprocess
 import sys
 import time
+
+from harness.studies.driver import Outcome, interleaved, median, run_command, write
 
 MODELS = {"vit_micro": {"batch": 64, "boundaries": "[3]"}, "vit_tiny": {"batch": 32, "boundaries": "[7]"}}
 MICRO_BATCHES, STAGES = 4, 2
@@ -50,37 +52,33 @@ def configurations(model: str) -> dict[str, list[str]]:
     }
 
 
-def run_one(model: str, name: str, overrides: list[str], steps: int, folder: str) -> dict:
-    cmd = [sys.executable, "-m", "harness", f"model={model}", f"train.global_batch={MODELS[model]['batch']}",
-           *overrides, f"train.steps={steps}", "train.warmup_steps=3", "launch.threads_per_worker=1",
-           "train.eval_samples=64", "data.train_size=2048", "data.test_size=64", "logger.mode=disabled",
-           f"hydra.run.dir={folder}"]
-    started = time.time()
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-    record_path = os.path.join(folder, "metrics.json")
-    if proc.returncode or not os.path.isfile(record_path):
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
-        return {"status": "failed", "error": tail[0]}
-    with open(record_path) as f:
-        record = json.load(f)
-    # the profiled step, measured one way for every strategy (operator spans): compute per sample
-    # summed over the ranks, and the job's idle share
+def run_one(model: str, overrides: list[str], steps: int, folder: str) -> Outcome:
+    return run_command([f"model={model}", f"train.global_batch={MODELS[model]['batch']}", *overrides,
+                        f"train.steps={steps}", "train.warmup_steps=3", "launch.threads_per_worker=1",
+                        "train.eval_samples=64", "data.train_size=2048", "data.test_size=64", "logger.mode=disabled"],
+                       folder, deadline_s=900)
+
+
+def reduced(model: str, outcome: Outcome) -> dict:
+    """What the benchmark reports of one run: its throughput, start-up, and from its profiled step
+    (measured one way for every strategy: operator spans) the compute per sample summed over the
+    ranks and the job's idle share."""
+    record = outcome.record or {}
     compute = [r["idle"]["compute_s"] for r in record.get("per_rank") or [] if (r.get("idle") or {}).get("compute_s")]
-    return {"status": record["status"], "error": record.get("error"), "throughput": record.get("throughput"),
-            "startup_s": record["training_started_at"] - started if record.get("training_started_at") else None,
+    started = record.get("training_started_at")
+    return {"status": outcome.status, "error": outcome.error, "throughput": record.get("throughput"),
+            "startup_s": started - outcome.started_at if started else None,
             "compute_per_sample_s": sum(compute) / MODELS[model]["batch"] if compute else None,
             "bubble_measured": record.get("bubble_measured"), "bubble_analytic": record.get("bubble_analytic")}
 
 
-def _median(values: list[float]) -> float | None:
-    return statistics.median(values) if values else None
-
-
 def summarise(runs: dict[str, dict[str, list[dict]]]) -> dict:
+    """Per model: each configuration's samples/s (median, spread), the ratios, start-up and where the
+    time goes; ``runs``: per model and configuration, each run as :func:`reduced` gives it."""
     out = {}
     for model, configs in runs.items():
         tp = {name: [r["throughput"] for r in rs if r.get("throughput")] for name, rs in configs.items()}
-        med = {name: _median(v) for name, v in tp.items()}
+        med = {name: median(v) for name, v in tp.items()}
         t1 = med["dp_w1"]
         peers = [med[p] for p in ("pipelining", "deepspeed") if med[p]]
         bubble_bound = 2 * t1 * MICRO_BATCHES / (MICRO_BATCHES + STAGES - 1) if t1 else None
@@ -89,7 +87,7 @@ def summarise(runs: dict[str, dict[str, list[dict]]]) -> dict:
             return a / b if a and b else None
 
         startups = [r["startup_s"] for name, rs in configs.items() if name != "dp_w1" for r in rs if r.get("startup_s")]
-        profile = {name: {key: _median([r[key] for r in rs if r.get(key) is not None])
+        profile = {name: {key: median([r[key] for r in rs if r.get(key) is not None])
                           for key in ("compute_per_sample_s", "bubble_measured", "bubble_analytic")}
                    for name, rs in configs.items()}
         c1 = profile["dp_w1"]["compute_per_sample_s"]
@@ -110,7 +108,7 @@ def summarise(runs: dict[str, dict[str, list[dict]]]) -> dict:
                        "hippie / bubble bound": ratio(med["hippie"], bubble_bound),
                        "ashpipe / dp_w2": ratio(med["ashpipe"], med["dp_w2"]),
                        "ashpipe / no-bubble bound": ratio(med["ashpipe"], 2 * t1 if t1 else None)},
-            "startup_s_median_2_workers": _median(startups),
+            "startup_s_median_2_workers": median(startups),
             "profile": profile,
         }
     return out
@@ -148,40 +146,33 @@ def markdown(summary: dict, repeats: int, steps: int) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.bench", description=__doc__.split("\n\n")[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--steps", type=int, default=16, help="steps per run (3 warm up, the last measures memory)")
     parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of {', '.join(MODELS)}")
     parser.add_argument("--out", default=os.path.join("outputs", "bench", time.strftime("%Y-%m-%d_%H-%M-%S")))
-    args = parser.parse_args(argv)
+
+
+def main(args: argparse.Namespace) -> int:
     models = args.models.split(",")
     unknown = [m for m in models if m not in MODELS]
     if unknown or args.repeats < 1 or args.steps < 5:
         print(f"error: --models from {', '.join(MODELS)}, --repeats >= 1, --steps >= 5 "
               f"(got {args.models}, {args.repeats}, {args.steps})", file=sys.stderr)
         return 2
-    runs: dict[str, dict[str, list[dict]]] = {m: {n: [] for n in configurations(m)} for m in models}
-    total, done = args.repeats * sum(len(configurations(m)) for m in models), 0
-    for r in range(args.repeats):  # interleaved in time: every configuration once per round
-        for model in models:
-            for name, overrides in configurations(model).items():
-                folder = os.path.join(args.out, model, f"{name}_r{r}")
-                result = run_one(model, name, overrides, args.steps, folder)
-                runs[model][name].append(result)
-                done += 1
-                shown = f"{result['throughput']:.1f} samples/s" if result.get("throughput") else result.get("error")
-                print(f"[{done}/{total}] {model} {name} repeat {r}: {shown}", flush=True)
+    configs = {f"{model} {name}": overrides for model in models for name, overrides in configurations(model).items()}
+
+    def one(label: str, overrides: list[str], r: int) -> Outcome:
+        model, name = label.split()
+        return run_one(model, overrides, args.steps, os.path.join(args.out, model, f"{name}_r{r}"))
+
+    outcomes = interleaved(configs, args.repeats, one, shown=lambda o: f"{o.record['throughput']:.1f} samples/s")
+    runs: dict[str, dict[str, list[dict]]] = {model: {} for model in models}
+    for label, results in outcomes.items():
+        model, name = label.split()
+        runs[model][name] = [reduced(model, o) for o in results]
     summary = summarise(runs)
-    os.makedirs(args.out, exist_ok=True)
     text = markdown(summary, args.repeats, args.steps)
-    with open(os.path.join(args.out, "bench.md"), "w") as f:
-        f.write(text + "\n")
-    with open(os.path.join(args.out, "bench.json"), "w") as f:
-        json.dump({"summary": summary, "runs": runs, "repeats": args.repeats, "steps": args.steps}, f, indent=1)
+    write(args.out, "bench", text, {"summary": summary, "runs": runs, "repeats": args.repeats, "steps": args.steps})
     print(text)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

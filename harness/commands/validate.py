@@ -1,10 +1,9 @@
-"""``python -m harness.validate`` (``pipebench-validate``): the simulator against measured runs on this machine.
+"""The simulator's predictions against measured runs on this machine, repeats interleaved.
 
 Each repeat takes every validation configuration in turn: run it for real, profile it
 (with its own settings, its strategy's runtime overhead included), run it again, and
 predict it from that profile against the mean of the two runs, all through the commands
-a user runs (``python -m harness.profile``,
-``python -m harness``, ``python -m harness.simulate``). A shared machine's speed
+a user runs (``pipebench run``, ``pipebench profile``, ``pipebench simulate``). A shared machine's speed
 drifts over tens of seconds, so one run can differ from the next of the same
 configuration by more than the simulator's own error; repeating the round spreads that
 drift over every configuration. The configurations span two models (vit_micro, and
@@ -16,7 +15,8 @@ single-repeat error; the summary gives how many configurations are within 10%, t
 mean signed error and whether the ranking is kept wherever measured throughputs of
 one model and batch differ by more than 10%.
 
-    python -m harness.validate --repeats 2 --out results/simulator_validation
+Example (15 to 45 minutes a repeat on 2 cores):
+  pipebench validate --repeats 2 --out results/simulator_validation
 """
 
 from __future__ import annotations
@@ -26,11 +26,12 @@ import datetime
 import itertools
 import json
 import os
-import subprocess
 import sys
 import time
 
 import pandas as pd
+
+from harness.studies.driver import read_record, run_command
 
 # every configuration runs on 2 CPU workers; pipelines on a given cut (the runs and the
 # predictions must cut alike): vit_micro's 6 layers at [3] (2 stages) or [2, 3, 4] (two per
@@ -68,16 +69,18 @@ COMMON = ["world_size=2", "train.warmup_steps=5", "logger.mode=disabled"]
 TARGET, MEAN_TARGET, RANK_GAP = 0.10, 0.05, 0.10
 
 
-def _cli(module: str, args: list[str], cwd: str) -> None:
-    proc = subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, capture_output=True, text=True,
-                          env={**os.environ, "WANDB_SILENT": "true"}, timeout=900)
-    if proc.returncode != 0:
-        raise RuntimeError(f"python -m {module} {' '.join(args)} failed:\n{proc.stderr[-3000:]}")
+def _cli(args: list[str], cwd: str, run_dir: str | None = None) -> None:
+    """``pipebench <args>``; a failure ends the validation with the command's reason."""
+    outcome = run_command(args, run_dir, deadline_s=900, cwd=cwd)
+    if outcome.status != "ok":
+        raise RuntimeError(f"pipebench {' '.join(args)} {outcome.status}: {outcome.error}")
 
 
 def _throughput(run_dir: str) -> float:
-    with open(os.path.join(run_dir, "metrics.json")) as f:
-        return json.load(f)["throughput"]
+    record, error = read_record(run_dir)
+    if record is None:
+        raise RuntimeError(error)
+    return record["throughput"]
 
 
 def validate_once(out: str, steps: int = 30, configs: dict[str, list[str]] | None = None, cwd: str = ".") -> dict:
@@ -93,11 +96,10 @@ def validate_once(out: str, steps: int = 30, configs: dict[str, list[str]] | Non
         simulated_dir = os.path.abspath(os.path.join(out, "simulated", folder))
         # measured before and after its profile, so that a shared host's drift over the minute they take
         # falls on both sides of the prediction alike
-        _cli("harness", [*overrides, *common, f"hydra.run.dir={measured_dir}-before"], cwd)
-        _cli("harness.profile", [*overrides, *common, f"sim.out={profile}"], cwd)
-        _cli("harness", [*overrides, *common, f"hydra.run.dir={measured_dir}-after"], cwd)
-        _cli("harness.simulate", [*overrides, *common, f"sim.profile={profile}", "cluster=local_cpu",
-                                  f"hydra.run.dir={simulated_dir}"], cwd)
+        _cli(["run", *overrides, *common], cwd, f"{measured_dir}-before")
+        _cli(["profile", *overrides, *common, f"sim.out={profile}"], cwd)
+        _cli(["run", *overrides, *common], cwd, f"{measured_dir}-after")
+        _cli(["simulate", *overrides, *common, f"sim.profile={profile}", "cluster=local_cpu"], cwd, simulated_dir)
         measured = (_throughput(f"{measured_dir}-before") + _throughput(f"{measured_dir}-after")) / 2
         pairs[name] = (measured, _throughput(simulated_dir))
         print(f"  {name}: {pairs[name][0]:.1f} samples/s measured, {pairs[name][1]:.1f} predicted "
@@ -189,35 +191,37 @@ def write_tables(out: str, repeats: list[dict]) -> str:
     return text
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m harness.validate", description=__doc__.split("\n\n")[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeats", type=int, default=2, help="profile + runs + predictions, this many times")
     parser.add_argument("--steps", type=int, default=30, help="training steps per measured run")
     parser.add_argument("--out", default="results/simulator_validation", help="where runs and the table go")
     parser.add_argument("--only", default="", help="run only the configurations whose name contains this text")
     parser.add_argument("--summarise", action="store_true",
                         help="run nothing: rebuild the tables from the repeats already under --out")
-    args = parser.parse_args(argv)
+
+
+def main(args: argparse.Namespace) -> int:
     if args.summarise:
         repeats = collect(args.out)
         if not any(repeats):
-            parser.error(f"--summarise: no finished configuration under {args.out}/repeat*")
+            print(f"error: --summarise: no finished configuration under {args.out}/repeat*", file=sys.stderr)
+            return 2
         print(write_tables(args.out, repeats))
-        return
+        return 0
     if args.repeats < 1 or args.steps <= 5:
-        parser.error("--repeats must be at least 1 and --steps over 5 (the warm-up steps)")
+        print("error: --repeats must be at least 1 and --steps over 5 (the warm-up steps)", file=sys.stderr)
+        return 2
     configs = {k: v for k, v in CONFIGS.items() if args.only in k}
     if not configs:
-        parser.error(f"--only {args.only!r} matches no configuration; they are: {'; '.join(CONFIGS)}")
+        print(f"error: --only {args.only!r} matches no configuration; they are: {'; '.join(CONFIGS)}", file=sys.stderr)
+        return 2
     repeats = []
     for r in range(args.repeats):
         t0 = time.time()
-        print(f"repeat {r + 1}/{args.repeats} ({len(configs)} configurations, about a minute and a half each) ...", flush=True)
+        print(f"repeat {r + 1}/{args.repeats} ({len(configs)} configurations, about a minute and a half each) ...",
+              flush=True)
         repeats.append(validate_once(os.path.join(args.out, f"repeat{r}"), args.steps, configs))
         print(f"repeat {r + 1}/{args.repeats} took {time.time() - t0:.0f} s", flush=True)
     os.makedirs(args.out, exist_ok=True)
     print(write_tables(args.out, repeats))
-
-
-if __name__ == "__main__":
-    main()
+    return 0

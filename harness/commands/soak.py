@@ -1,0 +1,72 @@
+"""Many short runs of every strategy in a row: hangs, failures and processes left over, counted.
+
+Runs every strategy family at 2 workers, one after another and round after round, each as
+a user runs it (``pipebench run ...`` in its own process, with a deadline), and
+checks after each one: did it finish before its deadline (else it is a hang: its whole
+process tree is killed and counted), did it leave an ``ok`` record (else a failure, with
+the record's error), and did any process it started outlive it (a leftover, counted and
+killed). Prints one line per run and a summary, and writes both as ``soak.md`` and
+``soak.json``. Exit status 1 if any run hung, failed or left a process behind.
+
+Example (about 20 minutes on 2 cores):
+  pipebench soak --rounds 7 --out results/soak
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import sys
+import tempfile
+
+import pandas as pd
+
+from harness.studies.driver import interleaved, run_command, write
+
+# one short run of each family: our two methods, every baseline, a multi-stage schedule, a
+# checkpoint and resume of the asynchronous pipeline
+FAMILIES = {
+    "dp": ["strategy=dp"],
+    "hippie": ["strategy=hippie", "train.micro_batches=4"],
+    "ashpipe": ["strategy=ashpipe", "strategy.replicas=[1,1]", "train.checkpoint_every=4"],
+    "ashpipe_sp": ["strategy=ashpipe", "strategy.switch_step=4"],
+    "pipelining": ["strategy=pipelining", "train.micro_batches=4"],
+    "pipelining_zbv": ["strategy=pipelining", "strategy.schedule=zbv", "train.micro_batches=4"],
+    "deepspeed": ["strategy=deepspeed", "train.micro_batches=4"],
+    "gpipe": ["strategy=gpipe", "train.micro_batches=4"],
+}
+COMMON = ["world_size=2", "train.steps=10", "train.warmup_steps=2", "data.train_size=512", "data.test_size=64",
+          "logger.mode=disabled"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--rounds", type=int, default=7, help=f"rounds of the {len(FAMILIES)} families")
+    parser.add_argument("--deadline", type=float, default=300, help="seconds after which a run counts as a hang")
+    parser.add_argument("--out", default="", help="where soak.md and soak.json go (default: only print)")
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.rounds < 1:
+        print("error: --rounds must be at least 1", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory() as scratch:
+        outcomes = interleaved(FAMILIES, args.rounds, lambda name, overrides, r: run_command(
+            [*overrides, *COMMON, f"seed={r}"], os.path.join(scratch, str(r), name), args.deadline),
+            shown=lambda o: f"ok, {o.left_over} left over")
+    rows = [{"round": r, "run": name, "outcome": o.status, "seconds": o.seconds, "left_over": o.left_over,
+             "error": o.error} for name, results in outcomes.items() for r, o in enumerate(results)]
+    table = pd.DataFrame(rows).sort_values(["round"], kind="stable")
+    summary = {"date": datetime.date.today().isoformat(), "runs": len(table),
+               "hangs": int((table.outcome == "hang").sum()), "failures": int((table.outcome == "failed").sum()),
+               "left_over_processes": int(table.left_over.sum()), "median_seconds": float(table.seconds.median())}
+    per_family = table.groupby("run").agg(runs=("outcome", "size"), ok=("outcome", lambda o: int((o == "ok").sum())),
+                                          median_s=("seconds", "median"), left_over=("left_over", "sum"))
+    text = (f"Soak of {summary['runs']} runs at 2 workers on {summary['date']}: {summary['hangs']} hangs, "
+            f"{summary['failures']} failures, {summary['left_over_processes']} processes left over "
+            f"(median run {summary['median_seconds']:.1f} s).\n\n{per_family.to_markdown()}\n\nEvery run:\n\n"
+            f"{table.to_markdown(index=False)}\n")
+    print(text)
+    if args.out:
+        write(args.out, "soak", text, {**summary, "runs_detail": rows})
+    return 0 if summary["hangs"] == summary["failures"] == summary["left_over_processes"] == 0 else 1
