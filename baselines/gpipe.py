@@ -39,7 +39,7 @@ _CHECKPOINT_MODES = ("always", "except_last", "never")
 class GPipeConfig(StrategyConfig):
     # one partition per device; unset: world_size (the only value torchgpipe can run)
     stages: Optional[int] = bounded(None, 1)
-    boundaries: Optional[list[int]] = None
+    boundaries: Optional[list[int]] = None  # first layer of partitions 1..S-1; unset: balanced on measured cost
     # torchgpipe's recomputation: always | except_last | never
     checkpoint: str = choice("except_last", *_CHECKPOINT_MODES)
     # GPUs the partitions are spread over, partition i on cuda:(i mod devices); unset: one per

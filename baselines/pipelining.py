@@ -44,7 +44,7 @@ from harness.core.training import PRECISIONS, clip_gradients, eval_counts, make_
 
 @dataclass
 class PipeliningKeys(PipelineKeys):
-    # every schedule of the registry the library has (harness.runtime.schedules)
+    # every schedule of the registry the library has (docs/reference/schedules.md)
     schedule: str = choice("1f1b", *schedules.names(library=True))
     # stages each rank holds (v): 1 for gpipe and 1f1b; unset: 2 for the multi-stage schedules
     stages_per_rank: Optional[int] = bounded(None, 1)

@@ -1,9 +1,7 @@
-"""Benchmarking harness for hybrid pipeline-parallel training (AshPipe, Hippie and baselines).
+"""Benchmarking harness for hybrid pipeline-parallel training (AshPipe, Hippie and their peers).
 
-The top of the package holds the commands, one module each (``python -m harness``,
-``harness.plan``, ``harness.preview``, ``harness.profile``, ``harness.simulate``, ``harness.validate``,
-``harness.results``); the sub-packages follow the data flow, each importing only
-those below it: cli -> run -> config -> strategies -> planning -> runtime -> report
--> the shared base (comm, data, models, metrics, training, host, errors). The
-README's Layout section draws it; pyproject.toml's import-linter contracts enforce it.
+``pipebench`` (``python -m harness``) is its one command, with verbs (harness.commands). The
+sub-packages follow the data flow, each importing only those below it: commands -> cli,
+studies -> run -> config -> strategies -> planning -> metrics -> runtime -> report -> core.
+docs/index.md draws it; pyproject.toml's import-linter contracts enforce it.
 """

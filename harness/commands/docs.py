@@ -2,7 +2,8 @@
 
 ``docs/reference/configuration.md`` is written from the configuration's dataclasses
 (every key, default, rule and comment: harness.config.reference) and
-``docs/reference/commands.md`` from this command line (every verb's help). The test
+``docs/reference/commands.md`` from this command line (every verb's help) and
+``docs/reference/schedules.md`` from the schedule registry. The test
 suite checks that the committed pages equal what this writes (``--check``), so the
 reference never drifts from what runs.
 
@@ -36,11 +37,31 @@ def commands_page() -> str:
     return "\n".join(lines) + "\n"
 
 
+def schedules_page() -> str:
+    from harness.runtime.schedules import SCHEDULES
+
+    placement = {"one": "one stage per rank", "loop": "loop: stage i on rank i mod P",
+                 "v": "V: rank r holds stages r and 2P-1-r"}
+    lines = ["# Schedules reference", "",
+             "Generated from the schedule registry (`harness/runtime/schedules.py`) by `pipebench docs`. "
+             "[Schedules](../methods/schedules.md) explains them; `strategy.schedule=<name>` picks one.", "",
+             "| schedule | what it is | stages per rank | placement | backward | flush | our runtime (hippie, "
+             "ashpipe) | torch pipelining |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for s in SCHEDULES.values():
+        per_rank = str(s.stages_per_rank) if s.stages_per_rank else f">= 2 (default {s.default_stages_per_rank})"
+        lines.append(f"| `{s.name}` | {s.summary} | {per_rank} | {placement[s.placement]} | "
+                     f"{'input (I) and weight (W) parts' if s.splits_backward else 'whole'} | "
+                     f"{'none (asynchronous)' if s.asynchronous else 'every step'} | {'yes' if s.ours else '-'} | "
+                     f"{f'`{s.library}`' if s.library else '-'} |")
+    return "\n".join(lines) + "\n"
+
+
 def pages() -> dict[str, str]:
     from harness.config.reference import markdown
 
     return {os.path.join(DOCS, "reference", "configuration.md"): markdown(),
-            os.path.join(DOCS, "reference", "commands.md"): commands_page()}
+            os.path.join(DOCS, "reference", "commands.md"): commands_page(),
+            os.path.join(DOCS, "reference", "schedules.md"): schedules_page()}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

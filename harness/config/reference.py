@@ -21,12 +21,12 @@ from harness.config.registry import strategy_classes
 # the schema's groups, in the page's order: (key prefix, dataclass, what the group is)
 GROUPS = [
     ("", None, "Top-level keys"),
-    ("model.", schema.ModelConfig, "A timm Vision Transformer (``model=`` picks a preset of conf/model/)"),
-    ("data.", schema.DataConfig, "The data set (``data=synthetic|cifar100|digits``)"),
+    ("model.", schema.ModelConfig, "A timm Vision Transformer (`model=` picks a preset of conf/model/)"),
+    ("data.", schema.DataConfig, "The data set (`data=synthetic`, `cifar100` or `digits`)"),
     ("train.", schema.TrainConfig, "Training: batch, length, optimizer, schedule, precision, evaluation, checkpoints"),
     ("launch.", schema.LaunchConfig, "How the workers start and fail"),
     ("logger.", schema.LoggerConfig, "wandb (a mirror of the local record)"),
-    ("cluster.", schema.ClusterConfig, "The cluster the simulator predicts on (``cluster=`` picks a preset)"),
+    ("cluster.", schema.ClusterConfig, "The cluster the simulator predicts on (`cluster=` picks a preset)"),
     ("sim.", schema.SimConfig, "Where the simulator's compute costs come from"),
 ]
 _TOP = ("world_size", "seed", "repeat", "tag", "block")

@@ -34,13 +34,13 @@ class ModelConfig:
     """A timm Vision Transformer with a 100-class head."""
 
     name: str = MISSING
-    img_size: int = bounded(32, 1)
-    patch_size: int = bounded(4, 1)
-    embed_dim: int = bounded(192, 1)
-    depth: int = bounded(12, 1)
-    num_heads: int = bounded(3, 1)
-    mlp_ratio: float = bounded(4.0, 0, above=True)
-    num_classes: int = bounded(100, 1)
+    img_size: int = bounded(32, 1)  # input images are resized to this (CIFAR's 32 for ViT-H/14's 224)
+    patch_size: int = bounded(4, 1)  # side of a patch in pixels (tokens = (img_size / patch_size)^2 + 1)
+    embed_dim: int = bounded(192, 1)  # width of the residual stream
+    depth: int = bounded(12, 1)  # transformer blocks; the layer list is [embedding, blocks..., head]
+    num_heads: int = bounded(3, 1)  # attention heads (must divide embed_dim)
+    mlp_ratio: float = bounded(4.0, 0, above=True)  # MLP hidden width / embed_dim
+    num_classes: int = bounded(100, 1)  # the head's outputs
     # biases on the attention's query, key and value projections (timm's default); the key's
     # gradient is zero in exact arithmetic (softmax ignores a shift shared by every key)
     qkv_bias: bool = True
@@ -49,47 +49,48 @@ class ModelConfig:
 @dataclass
 class DataConfig:
     name: str = choice(MISSING, "synthetic", "cifar100")
+    # the folder that holds cifar-100-python/ (train, test, meta, as the official archive unpacks)
     root: str = "data/cifar100"
     # the name records and tables give the data (unset: name); a set written in CIFAR-100's format names itself
     label: Optional[str] = None
-    download: bool = False
+    download: bool = False  # fetch CIFAR-100 into data.root where the network allows
     # check the official MD5 sums (turn off for data you generated in the official format)
     verify_md5: bool = True
     # synthetic only: how many images to generate per split
     train_size: int = bounded(10000, 1)
-    test_size: int = bounded(2000, 1)
+    test_size: int = bounded(2000, 1)  # synthetic only: images in the test split
     # synthetic only: per-pixel noise around each class prototype; higher is harder
     noise: float = bounded(0.6, 0)
-    num_classes: int = bounded(100, 1)
-    image_size: int = bounded(32, 1)
+    num_classes: int = bounded(100, 1)  # synthetic only: classes
+    image_size: int = bounded(32, 1)  # the images' side in pixels (square, 3 channels)
     # random crop (padding 4) and horizontal flip of training images; unset: on for cifar100 only
     augment: Optional[bool] = None
 
 
 @dataclass
 class TrainConfig:
-    global_batch: int = bounded(64, 1)
+    global_batch: int = bounded(64, 1)  # samples per optimizer step, over all workers
     # micro-batches per global batch; unset: the strategy's default (1 for DP and AshPipe, which move
     # whole minibatches; for a synchronous pipeline two per stage, fewer where the batch does not split)
     micro_batches: Optional[int] = bounded(None, 1)
-    steps: int = bounded(100, 1)
+    steps: int = bounded(100, 1)  # optimizer steps of the run
     # if set, overrides steps with epochs * (train_size // global_batch)
     epochs: Optional[int] = bounded(None, 1)
     # steps excluded from timing (first iterations pay one-time costs)
     warmup_steps: int = bounded(3, 0)
-    optimizer: str = choice("adamw", *OPTIMIZERS)
-    lr: float = bounded(2e-3, 0, above=True)
-    weight_decay: float = bounded(0.0, 0)
-    momentum: float = bounded(0.9, 0, 1)
+    optimizer: str = choice("adamw", *OPTIMIZERS)  # adamw, or sgd (with momentum, Nesterov optional)
+    lr: float = bounded(2e-3, 0, above=True)  # the peak learning rate
+    weight_decay: float = bounded(0.0, 0)  # decoupled for adamw, L2 for sgd (torch's semantics)
+    momentum: float = bounded(0.9, 0, 1)  # sgd only
     nesterov: bool = False  # sgd: Nesterov momentum
     # the learning rate per optimizer step: a linear warm-up, then constant | cosine (to lr x
     # lr_min_ratio at the run's last step) | step (x lr_decay_factor every lr_decay_steps)
     lr_schedule: str = choice("constant", *LR_SCHEDULES)
-    lr_warmup_steps: int = bounded(0, 0)
-    lr_min_ratio: float = bounded(0.0, 0, 1)
-    lr_decay_steps: int = bounded(30, 1)
-    lr_decay_factor: float = bounded(0.1, 0, 1, above=True)
-    label_smoothing: float = bounded(0.0, 0, 1)
+    lr_warmup_steps: int = bounded(0, 0)  # steps of linear warm-up before the schedule
+    lr_min_ratio: float = bounded(0.0, 0, 1)  # cosine: the last step's rate as a fraction of lr
+    lr_decay_steps: int = bounded(30, 1)  # step: steps between two decays
+    lr_decay_factor: float = bounded(0.1, 0, 1, above=True)  # step: the rate's factor at each decay
+    label_smoothing: float = bounded(0.0, 0, 1)  # of the cross-entropy loss
     # clip the whole model's gradient norm to this (0: off); DeepSpeed through its own setting
     grad_clip_norm: float = bounded(0.0, 0)
     # fp32 | bf16 (autocast with fp32 master weights; DeepSpeed: its own bf16 mode)
@@ -118,11 +119,11 @@ class LaunchConfig:
     device: str = choice("cpu", "cpu", "cuda", "auto")
     # torch intra-op threads per worker (0: cores / workers, at least 1)
     threads_per_worker: int = bounded(0, 0)
-    backend: str = choice("auto", "auto", "gloo", "nccl")
+    backend: str = choice("auto", "auto", "gloo", "nccl")  # auto: nccl on CUDA, gloo on CPU
     # fault injection, to test failure handling on a cluster: none | raise | exit | hang
     fault: str = choice("none", "none", "raise", "exit", "hang")
-    fault_rank: int = bounded(1, 0)
-    fault_step: int = bounded(2, 0)
+    fault_rank: int = bounded(1, 0)  # the rank launch.fault fails
+    fault_step: int = bounded(2, 0)  # the step at which it fails
     # stop at a preemption or time-limit signal with a checkpoint, to be requeued and resume by
     # itself (harness.run.preemption); unset: when the run is a submitit job (Slurm, submitit_local)
     preemptible: Optional[bool] = None
@@ -130,10 +131,10 @@ class LaunchConfig:
 
 @dataclass
 class LoggerConfig:
-    mode: str = choice("offline", "offline", "online", "disabled")
-    project: str = "pipebench"
-    entity: Optional[str] = None
-    group: Optional[str] = None
+    mode: str = choice("offline", "offline", "online", "disabled")  # offline: upload later with wandb sync
+    project: str = "pipebench"  # the wandb project
+    entity: Optional[str] = None  # the wandb entity (unset: the account's default)
+    group: Optional[str] = None  # unset: one group per sweep (a single run has none)
 
 
 @dataclass
@@ -141,16 +142,17 @@ class ClusterConfig:
     """A cluster for the simulator (harness.planning.simulator.Cluster); presets in conf/cluster/."""
 
     name: str = "local_cpu"
-    devices_per_node: int = bounded(2, 1)
-    nodes: int = bounded(1, 1)
+    devices_per_node: int = bounded(2, 1)  # devices (GPUs, or CPU workers) per node
+    nodes: int = bounded(1, 1)  # nodes; the ranks of a job fill node 0 first
+    # compute speed relative to the profiled device (1 with a profile taken on the target device)
     compute_scale: float = bounded(1.0, 0, above=True)
-    intra_node_gbps: float = bounded(2.8, 0, above=True)
+    intra_node_gbps: float = bounded(2.8, 0, above=True)  # GB/s between the devices of a node
     # an all-reduce's bus bandwidth among a node's devices, where it differs from the link's (None: the link's)
     allreduce_gbps: Optional[float] = bounded(None, 0, above=True)
-    inter_node_gbps: float = bounded(2.8, 0, above=True)
-    latency_us: float = bounded(60.0, 0)
-    inter_latency_us: float = bounded(60.0, 0)
-    memory_gib: float = bounded(24.0, 0, above=True)
+    inter_node_gbps: float = bounded(2.8, 0, above=True)  # GB/s between nodes
+    latency_us: float = bounded(60.0, 0)  # of a transfer inside a node
+    inter_latency_us: float = bounded(60.0, 0)  # of a transfer between nodes
+    memory_gib: float = bounded(24.0, 0, above=True)  # per device: a prediction above it is marked failed
     # communication runs on the computing cores (gloo on CPUs): sends occupy the sender,
     # all-reduces do not overlap the backward
     comm_uses_compute: bool = False
@@ -213,8 +215,8 @@ class RunConfig:
     launch: LaunchConfig = field(default_factory=LaunchConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     sim: SimConfig = field(default_factory=SimConfig)
-    world_size: int = bounded(1, 1)
-    seed: int = bounded(0, 0)
+    world_size: int = bounded(1, 1)  # worker processes (one GPU each on CUDA)
+    seed: int = bounded(0, 0)  # the model's initial weights and the data order (and the synthetic data)
     # which repeat of one configuration this run is (recorded; a sweep over it runs the repeats
     # interleaved in time: -m repeat=0,1,2 strategy=dp,hippie runs dp, hippie, dp, hippie, ...)
     repeat: int = bounded(0, 0)

@@ -81,6 +81,16 @@ COLUMNS: list[Column] = [
     Column("note", "note", lambda df: df["note"] if "note" in df else pd.Series("", index=df.index)),
 ]
 
-BY_LABEL = {c.label: c for c in COLUMNS}
-CONFIG = [c.label for c in COLUMNS if c.config]
-FIGURES = [c.label for c in COLUMNS if c.figure]
+
+
+# read at each use, so that a column added to COLUMNS (docs: extending/metric) is in every table
+def column(label: str) -> Column:
+    return next(c for c in COLUMNS if c.label == label)
+
+
+def config_labels() -> list[str]:
+    return [c.label for c in COLUMNS if c.config]
+
+
+def figure_labels() -> list[str]:
+    return [c.label for c in COLUMNS if c.figure]

@@ -32,7 +32,7 @@ _LEGEND = ["forward", "backward", "backward: input grads", "backward: weight gra
            "receive / idle", "send", "GPU kernels"]
 
 
-def _save(fig, out_dir: str, name: str) -> list[str]:
+def save(fig, out_dir: str, name: str) -> list[str]:
     os.makedirs(out_dir, exist_ok=True)
     paths = []
     for ext in ("png", "pdf"):
@@ -56,7 +56,7 @@ def throughput_vs_workers(records: list[dict], out_dir: str) -> list[str]:
     ax.set_xticks(sorted({r["world_size"] for r in ok}))
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    return _save(fig, out_dir, "throughput_vs_workers")
+    return save(fig, out_dir, "throughput_vs_workers")
 
 
 def memory_per_rank(records: list[dict], out_dir: str) -> list[str]:
@@ -76,7 +76,7 @@ def memory_per_rank(records: list[dict], out_dir: str) -> list[str]:
     ax.set_ylabel("peak live memory (MiB)")
     ax.legend(fontsize=7, ncol=2)
     ax.grid(axis="y", alpha=0.3)
-    return _save(fig, out_dir, "memory_per_rank")
+    return save(fig, out_dir, "memory_per_rank")
 
 
 def _mean_curve(curves: list[list[tuple[float, float]]]) -> tuple[list, list, list]:
@@ -128,7 +128,7 @@ def _curves_of(records: list[dict], out_dir: str, name: str) -> list[str]:
     for ax in (ax_loss, ax_acc):
         ax.grid(alpha=0.3)
     ax_acc.legend(fontsize=6, loc="center left", bbox_to_anchor=(1.02, 0.5))
-    return _save(fig, out_dir, name)
+    return save(fig, out_dir, name)
 
 
 def _kind(label: str) -> str:
@@ -182,7 +182,7 @@ def timeline(record: dict, out_dir: str, name: str | None = None, key: str = "ev
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in _COLORS.values()]
     ax.legend(handles, _LEGEND, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.35), ncol=4, frameon=False)
     prefix = "timeline" if key == "events" else "timeline_profiled"
-    return _save(fig, out_dir, name or f"{prefix}_{_run_name(record)}")
+    return save(fig, out_dir, name or f"{prefix}_{_run_name(record)}")
 
 
 def timelines(records: list[dict], out_dir: str) -> list[str]:

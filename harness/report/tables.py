@@ -27,7 +27,8 @@ import sys
 
 import pandas as pd
 
-from harness.report.columns import BY_LABEL, COLUMNS, CONFIG, FIGURES
+from harness.report import columns
+from harness.report.columns import column, config_labels, figure_labels
 from harness.report.environment import environment
 from harness.report.figures import all_figures
 from harness.report.record import RECORD_FILE, read
@@ -40,11 +41,12 @@ REFERENCE_STRATEGY = "dp"
 # the device is "cpu", "cuda" or "simulated:<cluster>": simulated rows compare with simulated DP
 # (and precision: a bf16 run's speedup is over DP in bf16)
 GROUP_KEYS = ["model", "data", "world_size", "global_batch", "device", "precision"]
-# the record fields a table reads: the declared columns' own, and what the comparison itself uses
-_FIELDS = sorted({c.source for c in COLUMNS if isinstance(c.source, str)}
-                 | {"block", "started_at", "strategy", "variant", "layout", "precision", "repeat", "step_time_s",
-                    "bubble_measured", "bubble_fraction", "error", "path", "simulated", "speed_comparable",
-                    "workers_on_host", "threads_per_worker", "host_cores", "configuration", *GROUP_KEYS})
+def _fields() -> list[str]:
+    """The record fields a table reads: the declared columns' own, and what the comparison itself uses."""
+    return sorted({c.source for c in columns.COLUMNS if isinstance(c.source, str)}
+                  | {"block", "started_at", "strategy", "variant", "layout", "precision", "repeat", "step_time_s",
+                     "bubble_measured", "bubble_fraction", "error", "path", "simulated", "speed_comparable",
+                     "workers_on_host", "threads_per_worker", "host_cores", "configuration", *GROUP_KEYS})
 
 
 # -- reading ------------------------------------------------------------------
@@ -134,7 +136,7 @@ def to_frame(records: list[dict]) -> pd.DataFrame:
              "layout": layout_text(r), "configuration": configuration_id(r), "steps_to_target": steps_to_target(r)}
             for r in records]
     df = pd.DataFrame(rows)
-    for col in _FIELDS:
+    for col in _fields():
         if col not in df.columns:
             df[col] = None
     return df
@@ -150,7 +152,7 @@ def load_records(sources: list[str]) -> pd.DataFrame:
 def comparison(df: pd.DataFrame) -> pd.DataFrame:
     """Add speedup and ME against the DP run(s) of each group (the median DP if several seeds)."""
     if df.empty:
-        return df.reindex(columns=list(dict.fromkeys([*_FIELDS, "speedup", "me", "note"])))
+        return df.reindex(columns=list(dict.fromkeys([*_fields(), "speedup", "me", "note"])))
     df = df.copy()
     df["speedup"] = float("nan")
     df["me"] = float("nan")
@@ -187,7 +189,7 @@ def comparison(df: pd.DataFrame) -> pd.DataFrame:
 
 def presentable(df: pd.DataFrame) -> pd.DataFrame:
     """Every declared column (:mod:`harness.report.columns`) in its unit, one row per run."""
-    table = pd.DataFrame({c.label: c.values(df) for c in COLUMNS})
+    table = pd.DataFrame({c.label: c.values(df) for c in columns.COLUMNS})
     table["configuration"] = df["configuration"]
     return table if (table["block"] != "").any() else table.drop(columns="block")
 
@@ -197,12 +199,12 @@ def aggregated(table: pd.DataFrame) -> pd.DataFrame:
     and the half-width of its 95% confidence interval (``<figure> ±95%``), and the runs counted."""
     out = []
     for _, group in table.groupby("configuration", sort=False):
-        row = {k: group[k].iloc[0] for k in CONFIG if k in group}
+        row = {k: group[k].iloc[0] for k in config_labels() if k in group}
         ok = group[group["status"] == "ok"]
         row["runs"] = f"{len(ok)}/{len(group)} ok"
         # the times to target average the runs that reached it: say how many did
         row["reached target"] = f"{ok['steps to target'].notna().sum()}/{len(ok)}"
-        for col in FIGURES:
+        for col in figure_labels():
             values = mlperf_times(ok[col]) if col == "s to target" else ok[col]
             row[col], row[f"{col} ±95%"], _ = interval(values)
         row["note"] = "; ".join(sorted({n for n in group["note"] if n}))
@@ -213,7 +215,7 @@ def aggregated(table: pd.DataFrame) -> pd.DataFrame:
 def _with_intervals(table: pd.DataFrame) -> pd.DataFrame:
     """``mean ± half-width`` in one cell per figure, for tables read by people (Markdown, LaTeX)."""
     shown = table.copy()
-    for col in FIGURES:
+    for col in figure_labels():
         half = f"{col} ±95%"
         if half in shown:
             shown[col] = [("–" if pd.isna(m) else f"{m:.4g}" if pd.isna(h) else f"{m:.4g} ± {h:.2g}")
@@ -226,13 +228,13 @@ def _latex(table: pd.DataFrame) -> str:
     shown = table.drop(columns=["note"]).copy()
     bold = pd.DataFrame(False, index=shown.index, columns=shown.columns)
     for _, idx in shown.groupby(["model", "data", "workers", "batch", "device", "precision"], dropna=False).groups.items():
-        for col in (c.label for c in COLUMNS if c.better):
+        for col in (c.label for c in columns.COLUMNS if c.better):
             vals = pd.to_numeric(shown.loc[idx, col], errors="coerce")
             if vals.notna().sum() > 1:
-                best = vals.max() if BY_LABEL[col].better == "higher" else vals.min()
+                best = vals.max() if column(col).better == "higher" else vals.min()
                 bold.loc[idx, col] = vals == best
     cells = shown.astype(object).where(shown.notna(), "--")
-    for col in FIGURES:
+    for col in figure_labels():
         cells[col] = [f"{v:.4g}" if isinstance(v, float) else v for v in cells[col]]
     cells = cells.astype(str).map(lambda s: s.replace("_", r"\_").replace("%", r"\%").replace("±", r"$\pm$"))
     cells = cells.where(~bold, "\\textbf{" + cells + "}")
@@ -242,7 +244,7 @@ def _latex(table: pd.DataFrame) -> str:
 
 def render(df: pd.DataFrame, fmt: str) -> str:
     table = comparison_table(df)
-    if fmt != "csv" and any(f"{col} ±95%" in table for col in FIGURES):
+    if fmt != "csv" and any(f"{col} ±95%" in table for col in figure_labels()):
         table = _with_intervals(table)
     if fmt == "md":
         return table.astype(object).where(table.notna(), None).to_markdown(index=False, floatfmt="g", missingval="–")

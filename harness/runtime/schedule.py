@@ -45,7 +45,8 @@ class Action:
         return f"{prefix}{self.op}{self.micro}" + ("*" if self.reduce else "")
 
 
-def _forward(stage: int, num_stages: int, k: int) -> list[Action]:
+def forward_actions(stage: int, num_stages: int, k: int) -> list[Action]:
+    """Micro-batch ``k``'s forward on ``stage`` of a one-stage-per-rank pipeline, with its transfers."""
     acts = [Action(RECV_F, k)] if stage > 0 else []
     acts.append(Action(FWD, k))
     if stage < num_stages - 1:
@@ -53,7 +54,9 @@ def _forward(stage: int, num_stages: int, k: int) -> list[Action]:
     return acts
 
 
-def _backward(stage: int, num_stages: int, k: int, reduce: bool) -> list[Action]:
+def backward_actions(stage: int, num_stages: int, k: int, reduce: bool) -> list[Action]:
+    """Micro-batch ``k``'s backward on ``stage``, with its transfers; ``reduce``: the step's last
+    backward, under which the replica all-reduce starts as gradients become final."""
     acts = [Action(RECV_B, k)] if stage < num_stages - 1 else []
     acts.append(Action(BWD, k, reduce=reduce))
     if stage > 0:
@@ -65,10 +68,10 @@ def gpipe(num_stages: int, micro_batches: int) -> list[list[Action]]:
     """Fill-drain: all forwards, then all backwards (last micro-batch first), then the step."""
     out = []
     for s in range(num_stages):
-        acts = [a for k in range(micro_batches) for a in _forward(s, num_stages, k)]
+        acts = [a for k in range(micro_batches) for a in forward_actions(s, num_stages, k)]
         order = list(reversed(range(micro_batches)))
         for k in order:
-            acts += _backward(s, num_stages, k, reduce=(k == order[-1]))
+            acts += backward_actions(s, num_stages, k, reduce=(k == order[-1]))
         acts.append(Action(STEP))
         out.append(acts)
     return out
@@ -84,15 +87,15 @@ def one_f_one_b(num_stages: int, micro_batches: int) -> list[list[Action]]:
         acts: list[Action] = []
         fwd = bwd = 0
         for _ in range(warmup):
-            acts += _forward(s, num_stages, fwd)
+            acts += forward_actions(s, num_stages, fwd)
             fwd += 1
         while fwd < micro_batches:
-            acts += _forward(s, num_stages, fwd)
+            acts += forward_actions(s, num_stages, fwd)
             fwd += 1
-            acts += _backward(s, num_stages, bwd, reduce=(bwd == micro_batches - 1))
+            acts += backward_actions(s, num_stages, bwd, reduce=(bwd == micro_batches - 1))
             bwd += 1
         while bwd < micro_batches:
-            acts += _backward(s, num_stages, bwd, reduce=(bwd == micro_batches - 1))
+            acts += backward_actions(s, num_stages, bwd, reduce=(bwd == micro_batches - 1))
             bwd += 1
         acts.append(Action(STEP))
         out.append(acts)
@@ -112,10 +115,10 @@ def async_warmup(num_stages: int, stage: int) -> int:
 
 def async_step(num_stages: int, stage: int, minibatch: int) -> list[Action]:
     """What ``stage`` does when minibatch ``minibatch`` enters the pipeline."""
-    acts = _forward(stage, num_stages, minibatch)
+    acts = forward_actions(stage, num_stages, minibatch)
     done = minibatch - async_warmup(num_stages, stage)
     if done >= 0:
-        acts += _backward(stage, num_stages, done, reduce=True) + [Action(STEP, done)]
+        acts += backward_actions(stage, num_stages, done, reduce=True) + [Action(STEP, done)]
     return acts
 
 
@@ -124,7 +127,7 @@ def async_drain(num_stages: int, stage: int, minibatches: int) -> list[Action]:
     first = max(0, minibatches - async_warmup(num_stages, stage))
     acts: list[Action] = []
     for k in range(first, minibatches):
-        acts += _backward(stage, num_stages, k, reduce=True) + [Action(STEP, k)]
+        acts += backward_actions(stage, num_stages, k, reduce=True) + [Action(STEP, k)]
     return acts
 
 
@@ -136,7 +139,7 @@ def async_1f1b(num_stages: int, minibatches: int) -> list[list[Action]]:
 
 def forward_only(num_stages: int, micro_batches: int) -> list[list[Action]]:
     """Evaluation: forwards of every micro-batch, no backward, no step."""
-    return [[a for k in range(micro_batches) for a in _forward(s, num_stages, k)] for s in range(num_stages)]
+    return [[a for k in range(micro_batches) for a in forward_actions(s, num_stages, k)] for s in range(num_stages)]
 
 
 # ---------------------------------------------------------------------------

@@ -63,7 +63,7 @@ class PipelineKeys(StrategyConfig):
     stages: Optional[int] = bounded(None, 1)
     # index of the first layer of stages 1..S-1; unset: balanced on measured cost
     boundaries: Optional[list[int]] = None
-    schedule: str = "1f1b"
+    schedule: str = "1f1b"  # a name of the schedule registry this strategy runs (docs/reference/schedules.md)
     # activation recomputation: none | auto | all | a list of layer indices
     recompute: Any = "none"
 

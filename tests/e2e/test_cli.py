@@ -162,3 +162,13 @@ def test_a_memory_limit_only_the_planner_finds_unmeetable_fails_the_job_with_one
     rec = _record(run_dir)
     assert proc.returncode == 1 and rec["status"] == "failed"
     assert "no AshPipe plan fits strategy.memory_limit" in rec["error"]
+
+
+def test_a_typo_is_one_line_exit_2_and_nothing_started(workdir):
+    """python -m harness with a misspelt key, as a user runs it: one line naming the nearest key,
+    exit 2, no run directory (Hydra alone would have accepted `+trian.steps=10` and ignored it)."""
+    proc = run_cli(["+trian.steps=10", f"hydra.run.dir={workdir}/r"], cwd=workdir, timeout=120)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        "error: unknown key trian.steps; did you mean train.steps? (docs/reference/configuration.md lists every key; "
+        "'+' does not add one: nothing would read it)"]
+    assert not os.path.exists(os.path.join(workdir, "r"))

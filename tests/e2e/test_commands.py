@@ -54,7 +54,7 @@ def test_the_plan_command_refuses_a_strategy_without_a_planner_in_one_line(tmp_p
     proc = run_cli(["strategy=hippie", "world_size=2"], cwd=str(tmp_path), verb="plan", timeout=60)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: python -m harness.plan plans AshPipe"), lines
+    assert len(lines) == 1 and lines[0].startswith("error: pipebench plan plans AshPipe"), lines
 
 
 def test_gpucheck_without_a_gpu_says_so_in_one_line_and_exits_0(tmp_path):

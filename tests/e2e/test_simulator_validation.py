@@ -1,4 +1,4 @@
-"""The simulator against real runs on this machine: one repeat of `python -m harness.validate`
+"""The simulator against real runs on this machine: one repeat of `pipebench validate`
 (the repeated table is in results/simulator_validation/)."""
 
 import json
@@ -17,7 +17,7 @@ from tests.helpers.cli import run_cli
 # gap, is therefore measured again, twice, and judged by its median error: chance does not repeat
 # three times, a broken cost model (a missing stage, a doubled transfer, no bubble) does. The
 # simulator's own error (within 15% on the mean of interleaved repeats) is what
-# `python -m harness.validate` shows.
+# `pipebench validate` shows.
 SINGLE_RUN_BOUND = 0.35
 REMEASURES = 2
 
@@ -45,7 +45,7 @@ GUARD = ["vit_micro B=64 hippie m=4", "vit_micro B=64 pipelining zbv m=4"]
 
 @pytest.mark.timeout(900)  # room for the remeasures
 def test_predicted_throughput_is_close_to_measured_and_ranks_alike(workdir):
-    """One repeat of ``python -m harness.validate`` on a few configurations: each measured,
+    """One repeat of ``pipebench validate`` on a few configurations: each measured,
     profiled (its runtime overhead included), measured again and predicted, through the commands
     a user runs."""
     configs = {name: CONFIGS[name] for name in GUARD}

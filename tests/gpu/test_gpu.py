@@ -1,6 +1,6 @@
 """What only a GPU can show: device timing, released layers, CUDA memory figures, bf16 runs.
 
-Skipped cleanly where no CUDA device is visible (CI). ``python -m harness.gpucheck`` runs
+Skipped cleanly where no CUDA device is visible (CI). ``pipebench gpucheck`` runs
 the same paths, and more, as one command with one line per check.
 """
 

@@ -7,6 +7,8 @@ import shutil
 import subprocess
 import sys
 
+import pytest
+
 from tests.helpers.cli import ROOT
 
 LINT_IMPORTS = os.path.join(os.path.dirname(sys.executable), "lint-imports")
@@ -23,16 +25,23 @@ def test_the_import_contracts_hold():
     assert "0 broken" in proc.stdout
 
 
-def test_a_wrong_import_breaks_the_contracts(tmp_path):
+@pytest.mark.parametrize("module,line,broken", [
+    ("harness/runtime/partition.py", "from harness.config.spec import RunSpec",
+     "The runtime and planning never import Hydra, the config, strategies or commands BROKEN"),
+    ("harness/commands/bench.py", "from harness.commands.results import main",
+     "Commands do not import each other BROKEN"),
+    ("harness/strategies/hippie.py", "from harness.cli.hydra_app import spec_or_exit",
+     "Strategies never import the commands, the CLI, the run layer or Hydra BROKEN"),
+])
+def test_a_wrong_import_breaks_the_contracts(tmp_path, module, line, broken):
     for name in ("harness", "baselines"):
         shutil.copytree(os.path.join(ROOT, name), tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(os.path.join(ROOT, "pyproject.toml"), tmp_path)
-    with open(tmp_path / "harness" / "runtime" / "partition.py", "a") as f:
-        f.write("\nfrom harness.config.spec import RunSpec  # the runtime reading the config: not allowed\n")
+    with open(tmp_path / module, "a") as f:
+        f.write(f"\n{line}  # a wrong import, on purpose\n")
     proc = _lint(str(tmp_path))
     assert proc.returncode != 0
-    assert "harness.runtime.partition -> harness.config.spec" in proc.stdout
-    assert "The runtime and planning never import Hydra, the config, strategies or commands BROKEN" in proc.stdout
+    assert broken in proc.stdout, proc.stdout[-2000:]
 
 
 def test_no_module_compares_a_strategy_name_outside_that_strategy():

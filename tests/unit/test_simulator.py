@@ -346,7 +346,7 @@ def test_data_parallel_on_the_profiled_host_lasts_as_long_as_its_slowest_worker(
 
 
 def test_validation_tables_are_rebuilt_from_an_interrupted_run(tmp_path):
-    """``python -m harness.validate --summarise``: a repeat that stopped part-way counts for the
+    """``pipebench validate --summarise``: a repeat that stopped part-way counts for the
     configurations it finished, and each row says over how many repeats it stands."""
     import json as _json
 

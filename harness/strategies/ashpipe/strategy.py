@@ -82,12 +82,12 @@ class AshPipeConfig(StrategyConfig):
     # Switch Parallelism: plain DP for this many steps (or epochs, or this fraction of the run), then the
     # hybrid plan
     switch_step: Optional[int] = bounded(None, 0)
-    switch_epoch: Optional[int] = bounded(None, 0)
-    switch_fraction: Optional[float] = bounded(None, 0, 1)
+    switch_epoch: Optional[int] = bounded(None, 0)  # Switch Parallelism: DP for this many epochs, then hybrid
+    switch_fraction: Optional[float] = bounded(None, 0, 1)  # ... or for this fraction of the run's steps
     # ... or once DP's mean loss over the last switch_window steps (unset: an epoch's) improved by less
     # than this fraction on the window before it
     switch_plateau: Optional[float] = bounded(None, 0, above=True)
-    switch_window: Optional[int] = bounded(None, 1)
+    switch_window: Optional[int] = bounded(None, 1)  # the plateau rule's window in steps (unset: an epoch)
     # start in hybrid mode from a switch checkpoint directory
     resume_from: Optional[str] = None
     # replica gradient all-reduce bucket size (MiB)
@@ -97,7 +97,7 @@ class AshPipeConfig(StrategyConfig):
     # ... and a stale stage's learning rate divided by its delay, annealed to the full rate over
     # lr_correction_steps of the hybrid pipeline (unset: an epoch's) (PipeMare)
     lr_correction: bool = False
-    lr_correction_steps: Optional[int] = bounded(None, 1)
+    lr_correction_steps: Optional[int] = bounded(None, 1)  # the correction's annealing (unset: an epoch)
 
 
 def lr_correction_steps(spec) -> int:

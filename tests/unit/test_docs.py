@@ -1,0 +1,36 @@
+"""The documentation builds as a site and the README stays a front page."""
+
+import os
+import subprocess
+import sys
+
+from tests.helpers.cli import ROOT
+
+MKDOCS = os.path.join(os.path.dirname(sys.executable), "mkdocs")
+
+
+def test_the_documentation_builds_strict(tmp_path):
+    """mkdocs --strict: every page in the navigation, every link resolving."""
+    proc = subprocess.run([MKDOCS, "build", "--strict", "--quiet", "-f", os.path.join(ROOT, "mkdocs.yml"),
+                           "-d", str(tmp_path / "site")], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (tmp_path / "site" / "reference" / "configuration" / "index.html").is_file()
+
+
+def test_the_readme_is_a_front_page_of_at_most_250_lines():
+    with open(os.path.join(ROOT, "README.md")) as f:
+        lines = f.read().splitlines()
+    assert len(lines) <= 250
+    # its two commands, exactly as .ci/run runs the second
+    assert "python3 -m venv .venv && .venv/bin/pip install -e . && .venv/bin/python -m harness" in lines
+    test_command = "python3 -m venv .venv && .venv/bin/pip install -e '.[dev]' && .venv/bin/python -m pytest"
+    assert test_command in lines and test_command in open(os.path.join(ROOT, ".ci", "run")).read()
+
+
+def test_every_docs_page_is_in_the_navigation():
+    import yaml
+
+    nav = str(yaml.safe_load(open(os.path.join(ROOT, "mkdocs.yml")))["nav"])
+    pages = [os.path.relpath(os.path.join(d, f), os.path.join(ROOT, "docs"))
+             for d, _, files in os.walk(os.path.join(ROOT, "docs")) for f in files if f.endswith(".md")]
+    assert pages and all(p in nav for p in pages), [p for p in pages if p not in nav]
