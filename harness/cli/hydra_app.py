@@ -164,8 +164,11 @@ def hydra_command(task: Callable[[DictConfig], None], args: list[str], extra_ove
     Hydra's flags), after :func:`refuse_bad_overrides`; ``extra_overrides`` are appended."""
     refuse_bad_overrides(args)
     register_configs()
-    sys.argv = [sys.argv[0], *args, *extra_overrides]
-    hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="config")(task)()
+    argv, sys.argv = sys.argv, [sys.argv[0], *args, *extra_overrides]  # Hydra reads its command line there
+    try:
+        hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="config")(task)()
+    finally:
+        sys.argv = argv
 
 
 def spec_or_exit(cfg: DictConfig, launching: bool = True) -> RunSpec:

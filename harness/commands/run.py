@@ -47,6 +47,7 @@ def main(args: list[str]) -> int:
     if os.environ.get("RANK", "0") != "0" or os.environ.get("SLURM_PROCID", "0") != "0":
         # one rank of a torchrun/Slurm job: rank 0 alone writes the run directory
         extra = ["hydra.output_subdir=null", "hydra/job_logging=none", "hydra/hydra_logging=none"]
+    sweeps_before = len(SWEEP_FAILURES)
     hydra_command(task, args, extra)
     # a sweep runs every job even when some fail; its exit status still says so
-    return 1 if SWEEP_FAILURES and SWEEP_FAILURES[-1] else 0
+    return 1 if any(SWEEP_FAILURES[sweeps_before:]) else 0

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from tests.helpers.cli import TINY, run_cli
+from tests.helpers.cli import TINY, pipebench, run_cli
 
 
 def _record(run_dir):
@@ -33,7 +33,7 @@ def test_two_worker_run_writes_a_complete_record_and_an_offline_wandb_run(workdi
     assert glob.glob(os.path.join(run_dir, "wandb", "offline-run-*", "run-*.wandb"))
 
 
-def test_multirun_of_two_jobs_records_both_and_prints_the_table(workdir):
+def test_multirun_of_two_jobs_records_both_and_prints_the_table(workdir, capfd):
     sweep = os.path.join(workdir, "sweep")
     proc = run_cli(["-m", "world_size=1,2", *TINY, f"hydra.sweep.dir={sweep}"], cwd=workdir)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -44,10 +44,10 @@ def test_multirun_of_two_jobs_records_both_and_prints_the_table(workdir):
     assert "| dp " in proc.stdout and "speedup" in proc.stdout
     assert os.path.isfile(os.path.join(sweep, "results.md"))
     # the results command rebuilds the same table from the records
-    table = run_cli([sweep], cwd=workdir, verb="results")
+    table = pipebench(capfd, "results", sweep)
     assert table.returncode == 0 and table.stdout.count("| dp ") == 2
     for fmt, marker in (("csv", "strategy,layout,model"), ("latex", "\\begin{tabular}")):
-        out = run_cli([sweep, "--format", fmt], cwd=workdir, verb="results")
+        out = pipebench(capfd, "results", sweep, "--format", fmt)
         assert out.returncode == 0 and marker in out.stdout
 
 
@@ -57,9 +57,9 @@ def test_multirun_of_two_jobs_records_both_and_prints_the_table(workdir):
     (["data=cifar100", "data.root=/nonexistent/cifar"], "/nonexistent/cifar"),
     (["launch.device=cuda"], "no GPU"),
 ])
-def test_invalid_config_is_refused_in_one_line_before_any_worker(workdir, overrides, message):
+def test_invalid_config_is_refused_in_one_line_before_any_worker(workdir, overrides, message, capfd):
     run_dir = os.path.join(workdir, "run")
-    proc = run_cli([*overrides, "logger.mode=disabled", f"hydra.run.dir={run_dir}"], cwd=workdir, timeout=60)
+    proc = pipebench(capfd, "run", *overrides, "logger.mode=disabled", f"hydra.run.dir={run_dir}")
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
@@ -69,10 +69,10 @@ def test_invalid_config_is_refused_in_one_line_before_any_worker(workdir, overri
     assert "samples/s" not in proc.stdout + proc.stderr  # no training happened
 
 
-def test_a_sweep_over_strategies_shares_pipeline_keys_and_records_what_was_ignored(workdir):
+def test_a_sweep_over_strategies_shares_pipeline_keys_and_records_what_was_ignored(workdir, capfd):
     sweep = os.path.join(workdir, "sweep")
-    proc = run_cli(["-m", "strategy=dp,hippie", "world_size=2", *TINY, "strategy.recompute=none",
-                    f"hydra.sweep.dir={sweep}"], cwd=workdir)
+    proc = pipebench(capfd, "run", "-m", "strategy=dp,hippie", "world_size=2", *TINY, "strategy.recompute=none",
+                     f"hydra.sweep.dir={sweep}")
     assert proc.returncode == 0, proc.stderr[-3000:]
     recs = {r["strategy"]: r for r in (_record(os.path.dirname(p)) for p in glob.glob(f"{sweep}/*/metrics.json"))}
     assert recs["dp"]["status"] == recs["hippie"]["status"] == "ok"
@@ -85,11 +85,11 @@ def test_a_sweep_over_strategies_shares_pipeline_keys_and_records_what_was_ignor
     assert json.load(open(shared))["boundaries"] == recs["hippie"]["boundaries"]
 
 
-def test_every_strategy_trains_in_bf16_on_cpu_with_flops_and_mfu_in_its_record(workdir):
+def test_every_strategy_trains_in_bf16_on_cpu_with_flops_and_mfu_in_its_record(workdir, capfd):
     sweep = os.path.join(workdir, "sweep")
     strategies = ["dp", "hippie", "ashpipe", "pipelining", "deepspeed", "gpipe"]
-    proc = run_cli(["-m", f"strategy={','.join(strategies)}", "world_size=2", *TINY, "train.micro_batches=2",
-                    "train.precision=bf16", f"hydra.sweep.dir={sweep}"], cwd=workdir, timeout=600)
+    proc = pipebench(capfd, "run", "-m", f"strategy={','.join(strategies)}", "world_size=2", *TINY,
+                     "train.micro_batches=2", "train.precision=bf16", f"hydra.sweep.dir={sweep}")
     assert proc.returncode == 0, proc.stderr[-3000:]
     recs = {r["strategy"]: r for r in (_record(os.path.dirname(p)) for p in glob.glob(f"{sweep}/*/metrics.json"))}
     assert sorted(recs) == sorted(strategies)
@@ -104,8 +104,8 @@ def test_every_strategy_trains_in_bf16_on_cpu_with_flops_and_mfu_in_its_record(w
     assert "| bf16" in proc.stdout and "MFU %" in proc.stdout
 
 
-def test_results_command_without_records_says_so(workdir):
-    proc = run_cli([workdir], cwd=workdir, verb="results")
+def test_results_command_without_records_says_so(workdir, capfd):
+    proc = pipebench(capfd, "results", workdir)
     assert proc.returncode == 2 and "no readable metrics.json" in proc.stderr
 
 
@@ -126,9 +126,9 @@ def test_results_command_without_records_says_so(workdir):
     (["strategy=hippie", "world_size=2", "strategy.switch_step=3"], "does not apply to strategy=hippie"),
     (["strategy=dp", "strategy.partition_method=uniform"], "does not apply to strategy=dp"),
 ])
-def test_layouts_that_cannot_run_are_refused_before_any_worker(workdir, overrides, message):
+def test_layouts_that_cannot_run_are_refused_before_any_worker(workdir, overrides, message, capfd):
     run_dir = os.path.join(workdir, "run")
-    proc = run_cli([*overrides, "logger.mode=disabled", f"hydra.run.dir={run_dir}"], cwd=workdir, timeout=60)
+    proc = pipebench(capfd, "run", *overrides, "logger.mode=disabled", f"hydra.run.dir={run_dir}")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and message in errors[0], proc.stderr
@@ -136,9 +136,8 @@ def test_layouts_that_cannot_run_are_refused_before_any_worker(workdir, override
 
 @pytest.mark.parametrize("overrides,option", [(["model=vit_nope"], "vit_micro"), (["strategy=nope"], "hippie"),
                                               (["data=imagenet"], "cifar100"), (["-m", "strategy=dp,nope"], "hippie")])
-def test_unknown_model_strategy_or_data_is_refused_in_one_line(workdir, overrides, option):
-    proc = run_cli([*overrides, f"hydra.run.dir={workdir}/run", f"hydra.sweep.dir={workdir}/sweep"], cwd=workdir,
-                   timeout=60)
+def test_unknown_model_strategy_or_data_is_refused_in_one_line(workdir, overrides, option, capfd):
+    proc = pipebench(capfd, "run", *overrides, f"hydra.run.dir={workdir}/run", f"hydra.sweep.dir={workdir}/sweep")
     unknown = overrides[-1].split("=")[1].split(",")[-1]
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert len(proc.stderr.splitlines()) == 1, proc.stderr
@@ -146,19 +145,19 @@ def test_unknown_model_strategy_or_data_is_refused_in_one_line(workdir, override
     assert not os.path.exists(os.path.join(workdir, "run")) and not os.path.exists(os.path.join(workdir, "sweep"))
 
 
-def test_a_memory_limit_no_plan_meets_is_refused_before_launch(workdir):
+def test_a_memory_limit_no_plan_meets_is_refused_before_launch(workdir, capfd):
     run_dir = os.path.join(workdir, "run")
-    proc = run_cli(["strategy=ashpipe", "world_size=2", *TINY, "strategy.memory_limit=0.0001",
-                    f"hydra.run.dir={run_dir}"], cwd=workdir, timeout=120)
+    proc = pipebench(capfd, "run", "strategy=ashpipe", "world_size=2", *TINY, "strategy.memory_limit=0.0001",
+                     f"hydra.run.dir={run_dir}")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "no AshPipe plan fits strategy.memory_limit" in proc.stderr and "samples/s" not in proc.stderr
 
 
-def test_a_memory_limit_only_the_planner_finds_unmeetable_fails_the_job_with_one_line(workdir):
+def test_a_memory_limit_only_the_planner_finds_unmeetable_fails_the_job_with_one_line(workdir, capfd):
     # above the parameter floor, but no split fits the activations: found by the planner in the job
     run_dir = os.path.join(workdir, "run")
-    proc = run_cli(["strategy=ashpipe", "world_size=2", *TINY, "strategy.memory_limit=0.0012",
-                    f"hydra.run.dir={run_dir}"], cwd=workdir, timeout=120)
+    proc = pipebench(capfd, "run", "strategy=ashpipe", "world_size=2", *TINY, "strategy.memory_limit=0.0012",
+                     f"hydra.run.dir={run_dir}")
     rec = _record(run_dir)
     assert proc.returncode == 1 and rec["status"] == "failed"
     assert "no AshPipe plan fits strategy.memory_limit" in rec["error"]

@@ -3,12 +3,12 @@
 import json
 import os
 
-from tests.helpers.cli import TINY, run_cli
+from tests.helpers.cli import TINY, pipebench
 
 
-def test_plan_command_prints_a_plan_without_training(tmp_path):
-    proc = run_cli(["model=vit_tiny", "world_size=4", "train.global_batch=32", "strategy.bandwidth_gbps=10"],
-                   cwd=str(tmp_path), verb="plan", timeout=180)
+def test_plan_command_prints_a_plan_without_training(tmp_path, capfd, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    proc = pipebench(capfd, "plan", "model=vit_tiny", "world_size=4", "train.global_batch=32", "strategy.bandwidth_gbps=10")
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = proc.stdout
     assert "AshPipe plan for 4 workers" in out and "predicted time per minibatch" in out
@@ -16,15 +16,15 @@ def test_plan_command_prints_a_plan_without_training(tmp_path):
     assert not (tmp_path / "outputs").exists()  # a plan is printed, not recorded
 
 
-def test_a_later_job_resumes_in_hybrid_mode_from_the_switch_checkpoint(tmp_path):
+def test_a_later_job_resumes_in_hybrid_mode_from_the_switch_checkpoint(tmp_path, capfd):
     base = ["strategy=ashpipe", "world_size=2", "strategy.replicas=[1,1]", "strategy.boundaries=[3]",
             "train.micro_batches=1", *TINY, "train.steps=8", "train.warmup_steps=1"]
     first, second = str(tmp_path / "first"), str(tmp_path / "second")
-    run = run_cli([*base, "strategy.switch_step=3", f"hydra.run.dir={first}"], cwd=str(tmp_path))
+    run = pipebench(capfd, "run", *base, "strategy.switch_step=3", f"hydra.run.dir={first}")
     assert run.returncode == 0, run.stderr[-2000:]
     checkpoint = os.path.join(first, "switch_checkpoint")
     assert sorted(os.listdir(checkpoint)) == ["rank0.pt", "rank1.pt"]
-    again = run_cli([*base, f"strategy.resume_from={checkpoint}", f"hydra.run.dir={second}"], cwd=str(tmp_path))
+    again = pipebench(capfd, "run", *base, f"strategy.resume_from={checkpoint}", f"hydra.run.dir={second}")
     assert again.returncode == 0, again.stderr[-2000:]
     a = json.load(open(os.path.join(first, "metrics.json")))["loss_curve"]
     b = json.load(open(os.path.join(second, "metrics.json")))["loss_curve"]
@@ -33,10 +33,10 @@ def test_a_later_job_resumes_in_hybrid_mode_from_the_switch_checkpoint(tmp_path)
         assert sa == sb and abs(la - lb) < 1e-5  # and continues exactly where the first one was
 
 
-def test_the_preview_lists_every_job_of_a_sweep_without_starting_one(tmp_path):
+def test_the_preview_lists_every_job_of_a_sweep_without_starting_one(tmp_path, capfd, monkeypatch):
     six = "strategy=dp,hippie,ashpipe,pipelining,deepspeed,gpipe"
-    proc = run_cli(["-m", six, "world_size=2,3", "train.micro_batches=4"], cwd=str(tmp_path),
-                   verb="preview", timeout=120)
+    monkeypatch.chdir(tmp_path)
+    proc = pipebench(capfd, "preview", "-m", six, "world_size=2,3", "train.micro_batches=4")
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = [line for line in proc.stdout.splitlines() if line.startswith("| strategy=")]
     assert len(rows) == 12  # six strategies at two world sizes, in launch order
@@ -50,22 +50,21 @@ def test_the_preview_lists_every_job_of_a_sweep_without_starting_one(tmp_path):
     assert os.listdir(tmp_path) == []  # no run or sweep directory, no record
 
 
-def test_the_plan_command_refuses_a_strategy_without_a_planner_in_one_line(tmp_path):
-    proc = run_cli(["strategy=hippie", "world_size=2"], cwd=str(tmp_path), verb="plan", timeout=60)
+def test_the_plan_command_refuses_a_strategy_without_a_planner_in_one_line(tmp_path, capfd):
+    proc = pipebench(capfd, "plan", "strategy=hippie", "world_size=2")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: pipebench plan plans AshPipe"), lines
 
 
-def test_gpucheck_without_a_gpu_says_so_in_one_line_and_exits_0(tmp_path):
-    proc = run_cli(["--out", str(tmp_path / "out")], cwd=str(tmp_path), verb="gpucheck", timeout=60,
-                   env={"CUDA_VISIBLE_DEVICES": ""})
+def test_gpucheck_without_a_gpu_says_so_in_one_line_and_exits_0(tmp_path, capfd):
+    proc = pipebench(capfd, "gpucheck", "--out", str(tmp_path / "out"))  # this machine has no GPU
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.splitlines() == ["gpucheck: no CUDA device visible, nothing to check (run it on a GPU node)"]
     assert not (tmp_path / "out").exists()
 
 
-def test_the_benchmark_refuses_an_unknown_model_in_one_line(tmp_path):
-    proc = run_cli(["--models", "vit_nope"], cwd=str(tmp_path), verb="bench", timeout=60)
+def test_the_benchmark_refuses_an_unknown_model_in_one_line(tmp_path, capfd):
+    proc = pipebench(capfd, "bench", "--models", "vit_nope")
     assert proc.returncode == 2 and proc.stderr.startswith("error: --models from vit_micro, vit_tiny")
     assert len(proc.stderr.splitlines()) == 1

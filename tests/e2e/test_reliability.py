@@ -11,7 +11,7 @@ import psutil
 import pytest
 import torch
 
-from tests.helpers.cli import TINY, run_cli
+from tests.helpers.cli import TINY, pipebench, run_cli
 
 
 def _record(run_dir):
@@ -69,19 +69,19 @@ def test_killing_a_worker_mid_run_ends_the_job_within_the_bound(workdir):
 
 def test_a_hung_peer_becomes_an_error_naming_the_rank_and_operation(workdir):
     run_dir = os.path.join(workdir, "run")
+    # the hung rank is ended launch.failure_timeout after its peer's timeout names it
     proc = run_cli(["strategy=hippie", "world_size=2", *TINY, "train.micro_batches=2", "train.steps=8",
                     "launch.fault=hang", "launch.fault_step=3", "launch.collective_timeout=5",
-                    f"hydra.run.dir={run_dir}"], cwd=workdir, timeout=120)
+                    "launch.failure_timeout=3", f"hydra.run.dir={run_dir}"], cwd=workdir, timeout=120)
     assert proc.returncode == 1
     rec = _record(run_dir)
     assert rec["status"] == "failed" and rec["failed_rank"] == 0
     assert "rank 0:" in rec["error"] and "from rank 1" in rec["error"] and "timed out" in rec["error"]
 
 
-def test_a_sweep_goes_on_after_a_failed_job_and_shows_it(workdir):
+def test_a_sweep_goes_on_after_a_failed_job_and_shows_it(workdir, capfd):
     sweep = os.path.join(workdir, "sweep")
-    proc = run_cli(["-m", "world_size=2", *TINY, "launch.fault=none,raise", f"hydra.sweep.dir={sweep}"],
-                   cwd=workdir, timeout=240)
+    proc = pipebench(capfd, "run", "-m", "world_size=2", *TINY, "launch.fault=none,raise", f"hydra.sweep.dir={sweep}")
     assert proc.returncode == 1  # the sweep ran every job, and says one failed
     recs = sorted((_record(os.path.join(sweep, d)) for d in os.listdir(sweep) if d[0].isdigit()),
                   key=lambda r: r["status"])
@@ -92,15 +92,15 @@ def test_a_sweep_goes_on_after_a_failed_job_and_shows_it(workdir):
 @pytest.mark.parametrize("strategy,extra", [("dp", []), ("hippie", ["train.micro_batches=2"]),
                                             # the asynchronous pipeline drains at each checkpoint
                                             ("ashpipe", ["strategy.replicas=[1,1]"])])
-def test_an_interrupted_run_resumes_to_the_same_parameters(workdir, strategy, extra):
+def test_an_interrupted_run_resumes_to_the_same_parameters(workdir, strategy, extra, capfd):
     base = [f"strategy={strategy}", "world_size=2", *TINY, *extra, "train.steps=6", "train.checkpoint_every=3",
             "seed=0" if strategy == "dp" else "strategy.boundaries=[3]"]
     straight, broken, resumed = (os.path.join(workdir, n) for n in ("straight", "broken", "resumed"))
-    assert run_cli([*base, f"hydra.run.dir={straight}"], cwd=workdir).returncode == 0
-    crash = run_cli([*base, "launch.fault=raise", "launch.fault_step=4", f"hydra.run.dir={broken}"], cwd=workdir)
+    assert pipebench(capfd, "run", *base, f"hydra.run.dir={straight}").returncode == 0
+    crash = pipebench(capfd, "run", *base, "launch.fault=raise", "launch.fault_step=4", f"hydra.run.dir={broken}")
     assert crash.returncode == 1 and os.path.isdir(os.path.join(broken, "checkpoints", "step3"))
     assert not os.path.isdir(os.path.join(broken, "checkpoints", "step6"))
-    again = run_cli([*base, f"train.resume={broken}", f"hydra.run.dir={resumed}"], cwd=workdir)
+    again = pipebench(capfd, "run", *base, f"train.resume={broken}", f"hydra.run.dir={resumed}")
     assert again.returncode == 0, again.stderr[-2000:]
     # it resumed (training from scratch would end on the same parameters too): it trained steps 3..5
     # and carries the checkpoint's record of steps 0..2, which are the uninterrupted run's

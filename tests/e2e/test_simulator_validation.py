@@ -39,8 +39,9 @@ def _misjudged(pairs) -> set[str]:
     return names
 
 
-# a fast guard (about 3 minutes): our runtime and a baseline's multi-stage schedule, on vit_micro
-GUARD = ["vit_micro B=64 hippie m=4", "vit_micro B=64 pipelining zbv m=4"]
+# a fast guard (about a minute): our runtime's 1F1B on vit_micro; the replay of every other schedule
+# and cost is checked without processes (tests/unit/test_simulator.py), the whole matrix by the command
+GUARD = ["vit_micro B=64 hippie m=4"]
 
 
 @pytest.mark.timeout(900)  # room for the remeasures

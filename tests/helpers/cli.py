@@ -37,3 +37,20 @@ def run_cli(args: list[str], cwd: str, timeout: float = 240, verb: str | None = 
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", "WANDB_SILENT": "true", **(env or {})}
     return subprocess.run([sys.executable, "-m", "harness", *([verb] if verb else []), *args], cwd=cwd, env=full_env,
                           capture_output=True, text=True, timeout=timeout)
+
+
+def pipebench(capfd, verb: str, *args: str) -> subprocess.CompletedProcess:
+    """``pipebench <verb> args`` run in this process: the command's own code path (its checks, its
+    Hydra app, its workers, its records) without starting a new interpreter, which costs several
+    seconds a command on 2 cores. Its exit status and what it printed, its workers' output included
+    (``capfd`` captures the file descriptors they write to). Tests that need the process boundary
+    (signals, exit through the shell, processes left behind, an installed copy) use :func:`run_cli`."""
+    from harness import commands
+
+    capfd.readouterr()  # only this command's output
+    try:
+        code = commands.main([verb, *args])
+    except SystemExit as e:  # argparse, Hydra and the refusals exit
+        code = e.code if isinstance(e.code, int) else int(e.code is not None)
+    out, err = capfd.readouterr()
+    return subprocess.CompletedProcess([verb, *args], code, out, err)
