@@ -31,13 +31,14 @@ def one_rank_of_a_job() -> bool:
 
 
 def main(args: list[str]) -> int:
-    from harness.core.host import prestart  # imports nothing heavy
+    from harness.config.registry import strategy_modules  # both import nothing heavy
+    from harness.core.host import prestart
 
     args = list(args) or [MAIN_JOB]
     if not one_rank_of_a_job() and not _NO_RUN.intersection(a.split("=")[0] for a in args):
-        # the worker processes' server imports torch and the runtime while this process imports Hydra,
-        # checks the overrides and composes the config (harness.core.host); a refusal starts no worker
-        prestart()
+        # the worker processes' server imports torch, the runtime and the strategies while this process
+        # imports Hydra, checks the overrides and composes the config (harness.core.host)
+        prestart(strategy_modules())
     # imported after the server started, for the overlap above
     from harness.cli.hydra_app import hydra_command
     from harness.cli.job import task

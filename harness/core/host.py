@@ -34,6 +34,7 @@ import multiprocessing.forkserver as forkserver
 import os
 import signal
 from multiprocessing import reduction
+from typing import Iterable
 
 
 def threads_per_process(requested: int, local_world: int) -> int:
@@ -57,17 +58,21 @@ def cpu_worker_environment() -> None:
         os.environ.setdefault(key, value)
 
 
-# what every worker imports: the training loop, our strategies and the peers whose libraries
-# read nothing from the environment at import (DeepSpeed does: it is imported by its workers)
-PRELOAD = ["torch", "harness.run.worker", "harness.strategies.hippie", "harness.strategies.ashpipe",
-           "baselines.ddp", "baselines.pipelining", "baselines.gpipe"]
+# what every worker imports before it trains, besides the strategies' own modules (named by the
+# caller, from the strategy registry: harness.config.registry.strategy_modules): torch, the training
+# loop, and timm's ViT, which the command process imports only where it builds a model. DeepSpeed is
+# imported by its strategy only when one is built, since it reads the environment at import.
+WORKER_IMPORTS = ["torch", "timm.models.vision_transformer", "harness.run.worker"]
 START_METHOD = "forkserver"
+_preload = list(WORKER_IMPORTS)
 
 
-def prestart() -> None:
-    """Start the server now, so that its imports overlap the caller's (once per process)."""
+def prestart(modules: Iterable[str] = ()) -> None:
+    """Start the server now, so that its imports overlap the caller's (once per process), with
+    ``modules`` among what it imports first (they are imported by every worker it forks)."""
+    _preload.extend(m for m in modules if m not in _preload)
     cpu_worker_environment()
-    mp.get_context(START_METHOD).set_forkserver_preload(PRELOAD)
+    mp.get_context(START_METHOD).set_forkserver_preload(_preload)
     if _server_pid() is None:
         atexit.register(_stop_server)
     forkserver.ensure_running()
@@ -96,12 +101,13 @@ def worker_context():
     return mp.get_context(START_METHOD)
 
 
-def start_workers(fn, args: tuple, nprocs: int, join: bool = True):
+def start_workers(fn, args: tuple, nprocs: int, join: bool = True, preload: Iterable[str] = ()):
     """``fn(rank, *args)`` in ``nprocs`` worker processes, through torch.multiprocessing's
-    ``start_processes`` (with ``join=False``, its context, to watch and end them)."""
+    ``start_processes`` (with ``join=False``, its context, to watch and end them); ``preload``: the
+    modules the server imports first, if it is not running yet (see :func:`prestart`)."""
     import torch.multiprocessing as tmp  # this module stays importable without torch (the command's first step)
 
-    prestart()
+    prestart(preload)
     return tmp.start_processes(_entry, args=(_Inherited(), fn, args), nprocs=nprocs, join=join,
                                start_method=START_METHOD)
 

@@ -27,6 +27,7 @@ import torch
 import torch.multiprocessing as tmp
 
 from harness.core import comm as comm_mod
+from harness.config.registry import strategy_modules
 from harness.config.spec import RunSpec
 from harness.core.errors import ConfigError
 from harness.core.host import start_workers, threads_per_process
@@ -94,7 +95,8 @@ def _run_local(spec: RunSpec, output_dir: str, progress: bool) -> dict:
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(comm_mod.free_port())
     n = spec.strategy_cls.processes(spec)
-    ctx = start_workers(worker_main, args=(spec, n, n, result_path, progress), nprocs=n, join=False)
+    ctx = start_workers(worker_main, args=(spec, n, n, result_path, progress), nprocs=n, join=False,
+                        preload=strategy_modules())
     try:
         # join() returns True when all exited cleanly; on the first failure it
         # terminates the others (SIGTERM, then SIGKILL after the grace period)
