@@ -12,7 +12,7 @@ a CPU, as many processes measuring side by side as a run has workers, and what
 a forward or backward costs more right after its process slept (the wake-up).
 Plus point-to-point and all-reduce bandwidth and latency between workers.
 Everything here takes plain values (:class:`Workload`), never a run
-config: the commands (``pipebench profile``, ``harness.plan``) and the
+config: the commands (``pipebench profile``, ``pipebench plan``) and the
 AshPipe strategy build them.
 """
 

@@ -21,11 +21,11 @@ def _record(run_dir):
 
 @pytest.mark.parametrize("fault,expect", [("raise", "rank 1 raised RuntimeError: injected fault"),
                                           ("exit", "rank 1 exited with code 3")])
-def test_a_failing_worker_fails_the_job_with_a_record(workdir, fault, expect):
+def test_a_failing_worker_fails_the_job_with_a_record(workdir, fault, expect, capfd):
     run_dir = os.path.join(workdir, "run")
     t0 = time.time()
-    proc = run_cli(["world_size=2", *TINY, "train.steps=8", f"launch.fault={fault}", "launch.fault_step=3",
-                    f"hydra.run.dir={run_dir}"], cwd=workdir, timeout=120)
+    proc = pipebench(capfd, "run", "world_size=2", *TINY, "train.steps=8", f"launch.fault={fault}",
+                     "launch.fault_step=3", f"hydra.run.dir={run_dir}")
     assert proc.returncode == 1, proc.stderr[-2000:]
     rec = _record(run_dir)
     assert rec["status"] == "failed" and rec["failed_rank"] == 1 and expect in rec["error"]

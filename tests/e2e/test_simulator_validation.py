@@ -50,9 +50,9 @@ def test_predicted_throughput_is_close_to_measured_and_ranks_alike(workdir):
     profiled (its runtime overhead included), measured again and predicted, through the commands
     a user runs."""
     configs = {name: CONFIGS[name] for name in GUARD}
-    pairs = validate_once(workdir, steps=20, configs=configs, cwd=workdir)
+    pairs = validate_once(workdir, steps=12, configs=configs, cwd=workdir)
     for name in sorted(_misjudged(pairs)):
-        tries = [pairs[name]] + [validate_once(os.path.join(workdir, f"again{i}"), steps=20, cwd=workdir,
+        tries = [pairs[name]] + [validate_once(os.path.join(workdir, f"again{i}"), steps=12, cwd=workdir,
                                                configs={name: CONFIGS[name]})[name] for i in range(REMEASURES)]
         pairs[name] = sorted(tries, key=_error)[len(tries) // 2]
     assert not _misjudged(pairs), {k: (*pair, _error(pair)) for k, pair in pairs.items()}

@@ -2,6 +2,7 @@
 experiment and case, the per-strategy keys, the strategy registry."""
 
 import dataclasses
+import functools
 import itertools
 import os
 import re
@@ -54,6 +55,7 @@ def _names(group: str) -> list[str]:
     return sorted(f[: -len(".yaml")] for f in os.listdir(os.path.join(CONFIG_DIR, group)) if f.endswith(".yaml"))
 
 
+@functools.cache
 def _sweep_jobs(experiment: str) -> list[list[str]]:
     """The overrides of every job the experiment's sweep launches (its sweeper's params, expanded)."""
     params = compose_config([f"experiment={experiment}"], return_hydra_config=True).hydra.sweeper.params or {}
