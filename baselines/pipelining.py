@@ -25,8 +25,6 @@ from typing import Optional
 
 import torch
 from torch import nn
-from torch.distributed.pipelining import PipelineStage
-from torch.distributed.pipelining.schedules import get_schedule_class
 from torch.nn.parallel import DistributedDataParallel
 
 from harness.core.comm import new_group
@@ -115,6 +113,11 @@ class PipeliningStrategy(Strategy):
                                   recompute_rule=spec.strategy.recompute, stages_per_rank=spec.strategy.stages_per_rank)
 
     def __init__(self, spec, layers, ctx, comm):
+        # the library (with torch._dynamo, about 2 s to import here) only where this strategy runs:
+        # every command that checks a configuration imports this module
+        from torch.distributed.pipelining import PipelineStage
+        from torch.distributed.pipelining.schedules import get_schedule_class
+
         super().__init__(spec, layers, ctx, comm)
         st = spec.strategy
         replicas = uniform_replicas(spec)

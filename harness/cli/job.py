@@ -60,7 +60,7 @@ def _run_preemptible(spec, output_dir: str) -> dict:
         rec.update(status="failed", error=f"stopped by {watch.signum.name} after step {stopped} with a checkpoint "
                                           f"(stop {count}); a requeued job resumes it, or train.resume={output_dir}")
         record_mod.write(output_dir, rec)
-        print(summary_line(rec, output_dir), file=sys.stderr, flush=True)
+        print("\n" + summary_line(rec, output_dir), file=sys.stderr, flush=True)
         watch.hand_over()  # submitit requeues the job and ends this process
         return rec
 
@@ -87,6 +87,9 @@ def task(cfg: DictConfig) -> None:
         return
     group = spec.logger.group or (sweep_group(hc.sweep.dir) if multirun else None)
     wandb_mirror.mirror(rec, output_dir, spec.logger.mode, spec.logger.project, spec.logger.entity, group)
-    print(summary_line(rec, output_dir), file=sys.stderr if rec["status"] != "ok" else sys.stdout, flush=True)
+    if rec["status"] == "ok":
+        print(summary_line(rec, output_dir), flush=True)
+    else:  # on a line of its own: a failed worker's progress bar may end without one
+        print("\n" + summary_line(rec, output_dir), file=sys.stderr, flush=True)
     if rec["status"] != "ok" and not multirun:
         raise SystemExit(1)

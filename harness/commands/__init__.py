@@ -20,7 +20,11 @@ import argparse
 import difflib
 import importlib
 import os
+import signal
 import sys
+import threading
+
+from harness.core.errors import Interrupted
 
 # verb -> one line (the module harness.commands.<verb> holds it); the order of the help
 VERBS: dict[str, str] = {
@@ -119,14 +123,39 @@ def run_verb(verb: str, args: list[str]) -> int:
     return 0
 
 
+def run_stoppable(verb: str, args: list[str]) -> int:
+    """:func:`run_verb`, where SIGTERM stops the command as Ctrl-C does (a run ends its workers and
+    records the interruption, harness.run.launch) and either ends it with one line and 128 + the
+    signal's number, not a traceback."""
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, _raise_interrupted)
+    try:
+        return run_verb(verb, args)
+    except KeyboardInterrupt:  # a Ctrl-C outside a run (a run raises Interrupted itself)
+        print("\nstopped: interrupted by SIGINT", file=sys.stderr, flush=True)
+        return 128 + signal.SIGINT
+    except Interrupted as e:  # (on a line of its own: a worker's progress bar may end without one)
+        print(f"\nstopped: {e}", file=sys.stderr, flush=True)
+        return e.exit_status
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _raise_interrupted(signum, frame) -> None:
+    raise Interrupted(signum)
+
+
 def main(argv: list[str] | None = None, default: str | None = None) -> int:
     """``pipebench [--version] <verb> [args]``; ``default``: the verb when the first word is none
     (``python -m harness`` runs ``run``)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] in VERBS:
-        return run_verb(argv[0], argv[1:])
-    if default and not (argv and argv[0] in ("-h", "--help", "--version")):
-        return run_verb(default, argv)
+    verb = argv[0] if argv and argv[0] in VERBS else None
+    if verb is None and default and not (argv and argv[0] in ("-h", "--help", "--version")):
+        verb, argv = default, [default, *argv]
+    if verb is not None:
+        return run_stoppable(verb, argv[1:])
     parser = top_parser()
     if argv and not argv[0].startswith("-"):
         near = difflib.get_close_matches(argv[0], list(VERBS), n=1)

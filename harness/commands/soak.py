@@ -17,12 +17,14 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
+import random
+import signal
 import sys
 import tempfile
 
 import pandas as pd
 
-from harness.studies.driver import interleaved, run_command, write
+from harness.studies.driver import Interruption, interleaved, run_command, write
 
 # one short run of each family: our two methods, every baseline, a multi-stage schedule, a
 # checkpoint and resume of the asynchronous pipeline
@@ -40,16 +42,29 @@ COMMON = ["world_size=2", "train.steps=10", "train.warmup_steps=2", "data.train_
           "logger.mode=disabled"]
 
 
+# what interrupts a run in --interrupts: the command's own stops, and a process of the job dying
+SIGNALS = [(signal.SIGINT, "command"), (signal.SIGINT, "group"), (signal.SIGTERM, "command"),
+           (signal.SIGTERM, "group"), (signal.SIGKILL, "worker"), (signal.SIGKILL, "server"),
+           (signal.SIGKILL, "command")]
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rounds", type=int, default=7, help=f"rounds of the {len(FAMILIES)} families")
+    parser.add_argument("--interrupts", type=int, default=0, metavar="N",
+                        help="instead: N runs across the families, each sent a random signal at a random moment "
+                             "once its workers train (Ctrl-C or SIGTERM to the command or its group, SIGKILL to a "
+                             "worker, the server or the command); counts runs without a record and processes left")
+    parser.add_argument("--seed", type=int, default=0, help="of the interruptions' draw")
     parser.add_argument("--deadline", type=float, default=300, help="seconds after which a run counts as a hang")
     parser.add_argument("--out", default="", help="where soak.md and soak.json go (default: only print)")
 
 
 def main(args: argparse.Namespace) -> int:
-    if args.rounds < 1:
-        print("error: --rounds must be at least 1", file=sys.stderr)
+    if args.rounds < 1 or args.interrupts < 0:
+        print("error: --rounds must be at least 1 and --interrupts at least 0", file=sys.stderr)
         return 2
+    if args.interrupts:
+        return interrupts(args)
     with tempfile.TemporaryDirectory() as scratch:
         outcomes = interleaved(FAMILIES, args.rounds, lambda name, overrides, r: run_command(
             [*overrides, *COMMON, f"seed={r}"], os.path.join(scratch, str(r), name), args.deadline),
@@ -70,3 +85,44 @@ def main(args: argparse.Namespace) -> int:
     if args.out:
         write(args.out, "soak", text, {**summary, "runs_detail": rows})
     return 0 if summary["hangs"] == summary["failures"] == summary["left_over_processes"] == 0 else 1
+
+
+def interrupts(args: argparse.Namespace) -> int:
+    """``--interrupts N``: each run interrupted at a random moment; a run is right when it ended with
+    a record (every stop but SIGKILL to the command itself, which nothing can outlive to write one)
+    and its expected exit status, and left no process of its job alive."""
+    rng = random.Random(args.seed)
+    names = list(FAMILIES)
+    rows = []
+    with tempfile.TemporaryDirectory() as scratch:
+        for k in range(args.interrupts):
+            name = names[k % len(names)]
+            signum, target = rng.choice(SIGNALS)
+            how = Interruption(signum, target, round(rng.uniform(0.5, 6.0), 1))
+            o = run_command([*FAMILIES[name], *COMMON, "train.steps=40", f"seed={k}"],
+                            os.path.join(scratch, str(k), name), args.deadline, interruption=how)
+            expected_record = not (signum == signal.SIGKILL and target == "command")
+            record = (o.record or {}).get("status")
+            row = {"run": k, "family": name, "signal": signal.Signals(signum).name, "to": target, "after_s": how.after,
+                   "exit": o.returncode, "record": record or "none", "interrupted": (o.record or {}).get("interrupted"),
+                   "left_over": o.left_over, "seconds": o.seconds,
+                   "right": o.left_over == 0 and (record is not None or not expected_record) and o.status != "hang"}
+            rows.append(row)
+            print(f"[{k + 1}/{args.interrupts}] {name}, {how}: exit {o.returncode}, record {row['record']}, "
+                  f"{o.left_over} left over in {o.seconds:.0f} s", flush=True)
+    table = pd.DataFrame(rows)
+    summary = {"date": datetime.date.today().isoformat(), "runs": len(table), "wrong": int((~table.right).sum()),
+               "without_record": int(((table.record == "none") & ~((table.signal == "SIGKILL") & (table.to == "command")))
+                                     .sum()),
+               "left_over_processes": int(table.left_over.sum()), "finished_before_the_signal": int(
+                   (table.record == "ok").sum())}
+    by_signal = table.groupby(["signal", "to"]).agg(runs=("run", "size"), right=("right", "sum"),
+                                                    left_over=("left_over", "sum"))
+    text = (f"Soak of {summary['runs']} interrupted runs at 2 workers on {summary['date']}: "
+            f"{summary['without_record']} without a record, {summary['left_over_processes']} processes left over, "
+            f"{summary['wrong']} wrong; {summary['finished_before_the_signal']} finished before their signal.\n\n"
+            f"{by_signal.to_markdown()}\n\nEvery run:\n\n{table.to_markdown(index=False)}\n")
+    print(text)
+    if args.out:
+        write(args.out, "soak_interrupts", text, {**summary, "runs_detail": rows})
+    return 0 if summary["wrong"] == 0 else 1

@@ -20,7 +20,8 @@ from harness.core import data as data_mod
 from harness.config.registry import strategy_class, strategy_classes
 from harness.config.schema import (ClusterConfig, DataConfig, LaunchConfig, LoggerConfig, ModelConfig, RunConfig,
                                    SimConfig, TrainConfig)
-from harness.core.checkpoints import checkpoint_folder
+from harness.core.checkpoints import check_checkpoint, checkpoint_folder
+from harness.core.models import parameter_shapes
 from harness.core.errors import ConfigError
 from harness.core.options import check_node
 from harness.strategies.base import PIPELINE_KEYS, Strategy, StrategyConfig
@@ -135,7 +136,7 @@ def build_spec(cfg: DictConfig | RunConfig, launching: bool = True) -> RunSpec:
         )
     if t.resume is not None:
         checkpoint_folder(t.resume)  # refuses a path without a checkpoint
-    data_mod.check_available(rc.data)
+    data_mod.check_available(rc.data, rc.model.num_classes)
     cls.complete(spec)
     if t.micro_batches is None:  # unset: what this strategy's schedule takes (Strategy.default_micro_batches)
         t.micro_batches = cls.default_micro_batches(spec)
@@ -144,6 +145,8 @@ def build_spec(cfg: DictConfig | RunConfig, launching: bool = True) -> RunSpec:
             f"train.global_batch={t.global_batch} cannot be split into train.micro_batches={t.micro_batches}; "
             "raise the batch or lower the micro-batch count"
         )
+    if t.resume is not None:  # every rank's file readable, this strategy's, this model's shapes
+        check_checkpoint(t.resume, cls.processes(spec), cls.name, parameter_shapes(rc.model))
     cls.check(spec)
     if device == "cuda" and launching and "WORLD_SIZE" not in os.environ:
         gpus, needed = torch.cuda.device_count(), cls.gpus(spec)

@@ -166,11 +166,17 @@ def cifar100(cfg) -> Dataset:
     return Dataset(train=splits["train"], test=splits["test"], num_classes=100)
 
 
-def load(cfg, seed: int) -> Dataset:
+def load(cfg, seed: int, num_classes: int | None = None) -> Dataset:
+    """The data set; with ``num_classes`` (the model's), labels outside its classes are refused,
+    naming the file."""
     if cfg.name == "synthetic":
         data = synthetic(cfg, seed)
     elif cfg.name == "cifar100":
         data = cifar100(cfg)
+        if num_classes is not None:
+            for name, split in (("train", data.train), ("test", data.test)):
+                check_labels(split.labels, num_classes,
+                             os.path.join(os.path.abspath(os.path.expanduser(cfg.root)), CIFAR100.base_folder, name))
     else:
         raise ConfigError(f"unknown data set '{cfg.name}'; use data=synthetic or data=cifar100")
     data.augment, data.seed = augments(cfg), seed
@@ -214,13 +220,36 @@ def write_cifar100(root: str, splits: dict[str, tuple], fine_label_names: list[s
     return folder
 
 
-def check_available(cfg) -> None:
-    """Pre-launch check that the data set is there and intact, so workers never start on a bad one."""
-    if cfg.name == "cifar100" and not cfg.download:
-        cls = _checked_cifar100(cfg.verify_md5)
-        probe = cls.__new__(cls)
-        probe.root = os.path.abspath(os.path.expanduser(cfg.root))
-        probe._check_integrity()
+def check_available(cfg, num_classes: int | None = None) -> None:
+    """Pre-launch check that the data set is there and intact, and that its labels are classes of a
+    model with ``num_classes`` outputs, so workers never start on a bad one."""
+    if cfg.name == "synthetic":
+        if num_classes is not None and cfg.num_classes > num_classes:
+            raise ConfigError(f"data.num_classes={cfg.num_classes} has labels the model's {num_classes} classes do not; "
+                              f"set model.num_classes>={cfg.num_classes} or data.num_classes<={num_classes}")
+        return
+    if cfg.download:
+        return  # checked when it is loaded
+    cls = _checked_cifar100(cfg.verify_md5)
+    probe = cls.__new__(cls)
+    probe.root = os.path.abspath(os.path.expanduser(cfg.root))
+    probe._check_integrity()
+    if num_classes is None or num_classes >= 100 and cfg.verify_md5:
+        return  # the official archive's labels are 0..99
+    for name in ("train", "test"):
+        path = os.path.join(probe.root, CIFAR100.base_folder, name)
+        with open(path, "rb") as f:
+            check_labels(pickle.load(f, encoding="latin1")["fine_labels"], num_classes, path)
+
+
+def check_labels(labels, num_classes: int, source: str) -> None:
+    """Refuse, naming ``source``, labels outside a model's ``num_classes`` classes (they would fail as
+    an index error in a worker's loss, mid-run)."""
+    labels = torch.as_tensor(labels)
+    bad = labels[(labels < 0) | (labels >= num_classes)]
+    if len(bad):
+        raise ConfigError(f"{source} holds label {int(bad[0])} ({len(bad)} sample(s) outside 0..{num_classes - 1}), "
+                          f"but the model has {num_classes} classes: set model.num_classes, or fix the file")
 
 
 class BatchOrder:

@@ -33,6 +33,7 @@ import multiprocessing as mp
 import multiprocessing.forkserver as forkserver
 import os
 import signal
+import sys
 from multiprocessing import reduction
 from typing import Iterable
 
@@ -113,29 +114,68 @@ def start_workers(fn, args: tuple, nprocs: int, join: bool = True, preload: Iter
 
 
 def _entry(rank: int, inherited: "_Inherited", fn, args: tuple) -> None:
+    # here, not while unpickling: torch's start_processes sets its own parent-death signal (SIGINT)
+    # in between, which a worker that ignores SIGINT would not die of
+    _worker_lifetime(inherited.server)
     fn(rank, *args)
 
 
 class _Inherited:
     """The caller's environment and standard streams, applied while a worker unpickles its
-    arguments. It comes first among them: unpickling ``fn`` and ``args`` may import modules
-    (a baseline's library) that read the environment."""
+    arguments, and the worker's lifetime rules (:func:`_worker_lifetime`). It comes first among
+    them: unpickling ``fn`` and ``args`` may import modules (a baseline's library) that read the
+    environment."""
+
+    def __init__(self, server: int | None = None):
+        self.server = server  # the pid of the server that forks the workers
 
     def __reduce__(self):
         # DupFd works only while multiprocessing pickles a new process's arguments: the
         # descriptor is passed to the child alongside them
         streams = [(fd, reduction.DupFd(fd)) for fd in (1, 2) if _is_open(fd)]
-        return _restore, (dict(os.environ), streams)
+        return _restore, (dict(os.environ), streams, _server_pid())
 
 
-def _restore(env: dict, streams: list) -> _Inherited:
+def _restore(env: dict, streams: list, server: int | None) -> _Inherited:
     os.environ.clear()
     os.environ.update(env)
     for target, dup in streams:
         fd = dup.detach()
         os.dup2(fd, target)
         os.close(fd)
-    return _Inherited()
+    return _Inherited(server)
+
+
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _worker_lifetime(server: int | None) -> None:
+    """A worker lives no longer than its job, and the command alone ends it on purpose.
+
+    - It is killed when the server that forked it ends, however that ends: the server ends when
+      the command does (it watches a pipe from it), so no worker outlives a command killed
+      outright (SIGKILL), and none outlives a server killed on its own. The server hands every
+      process it forks a copy of that pipe's writing end, so that it lives while any of them does;
+      a worker closes its copy, or the server and the workers would keep each other alive.
+    - It ignores SIGINT: a terminal's Ctrl-C reaches every process of the foreground group, and
+      the command, which records the run as interrupted, ends its workers itself (no worker dies
+      first, leaving a traceback of its own). SIGTERM keeps its default: the command's end of a
+      failed job terminates the other workers with it."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        if server is not None and os.getppid() != server:  # the server ended before the request held
+            os._exit(1)
+    alive = getattr(forkserver._forkserver, "_forkserver_alive_fd", None)
+    if alive is not None:
+        try:
+            os.close(alive)
+        except OSError:
+            pass
+        forkserver._forkserver._forkserver_alive_fd = None
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _is_open(fd: int) -> bool:

@@ -100,6 +100,14 @@ def num_layers(cfg) -> int:
     return cfg.depth + 2
 
 
+def parameter_shapes(cfg) -> dict[str, tuple[int, ...]]:
+    """Every parameter's shape keyed ``"<layer index>.<name>"`` (as checkpoints name them), from the
+    model built on the meta device (no memory)."""
+    with torch.device("meta"):
+        layers = build_layers(cfg, seed=0)
+    return {f"{i}.{n}": tuple(p.shape) for i, layer in enumerate(layers) for n, p in layer.named_parameters()}
+
+
 def count_parameters(layers: list[nn.Module]) -> int:
     return sum(p.numel() for layer in layers for p in layer.parameters())
 

@@ -67,10 +67,17 @@ def shipped_name(spec) -> str:
 
 
 def read_profile(path: str, key: str = "sim.profile") -> Profile:
+    """The profile at ``path``; one line naming the file where it is missing or cannot be read."""
     if not os.path.isfile(path):
         raise ConfigError(f"{key}={path} does not exist; make one with pipebench profile")
-    with open(path) as f:
-        return Profile.from_json(f.read())
+    try:
+        with open(path) as f:
+            return Profile.from_json(f.read())
+    except ConfigError:
+        raise
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ConfigError(f"the profile {path} cannot be read ({type(e).__name__}: {e}); make it again with "
+                          "pipebench profile") from None
 
 
 def profile_for(spec, shipped: bool = False, measure: bool = True) -> tuple[Profile | None, str]:

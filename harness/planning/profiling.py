@@ -30,7 +30,6 @@ from dataclasses import asdict, dataclass, replace
 
 import torch
 from torch import nn
-from torch.distributed.pipelining._backward import stage_backward_input, stage_backward_weight
 
 from harness.core import comm as comm_mod
 from harness.core.host import start_workers, worker_context
@@ -94,6 +93,10 @@ def profile_layers(layers: list[nn.Module], sample: torch.Tensor, repeats: int =
     Layers with the same type, parameter shapes and input shape are measured once
     (ViT blocks are identical), which keeps profiling ViT-H/14 cheap.
     """
+    # torch pipelining's own split of the backward (importing the library costs about 2 s, which the
+    # commands that only check a configuration should not pay)
+    from torch.distributed.pipelining._backward import stage_backward_input, stage_backward_weight
+
     batch = sample.shape[0]
     timer = DeviceTimer(sample.device)
     cache: dict[tuple, LayerProfile] = {}

@@ -31,7 +31,6 @@ import re
 from dataclasses import asdict, dataclass
 
 import torch
-from torch.distributed.pipelining._backward import stage_backward_input, stage_backward_weight
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import flop_registry
@@ -124,6 +123,10 @@ def _saved_bytes(fn) -> tuple[object, int]:
 
 def roofline_layers(model_cfg, image_size: int, samples: int, precision: str, device: GPU) -> list[LayerProfile]:
     """Per-sample layer profiles of ``model_cfg`` at ``samples`` samples per forward on ``device``."""
+    # torch pipelining's own split of the backward (importing the library costs about 2 s, which the
+    # commands that only check a configuration should not pay)
+    from torch.distributed.pipelining._backward import stage_backward_input, stage_backward_weight
+
     dtype = torch.bfloat16 if precision == "bf16" else torch.float32
     with torch.device("meta"):
         layers = [layer.to(dtype) for layer in build_layers(model_cfg, seed=0)]

@@ -20,6 +20,7 @@ import os
 import pickle
 import re
 import signal
+import threading
 import time
 import traceback
 
@@ -29,30 +30,42 @@ import torch.multiprocessing as tmp
 from harness.core import comm as comm_mod
 from harness.config.registry import strategy_modules
 from harness.config.spec import RunSpec
-from harness.core.errors import ConfigError
+from harness.core.errors import ConfigError, Interrupted
 from harness.core.host import start_workers, threads_per_process
 from harness.metrics.meter import track_cpu_allocations
 from harness.report import record as record_mod
+from harness.run import preemption
 from harness.run.worker import train, worker_main
 
 _RESULT_FILE = ".worker_result.json"
 
 
 def run(spec: RunSpec, output_dir: str, progress: bool = True) -> dict:
-    """Train ``spec`` and return its record (also written to ``output_dir/metrics.json``)."""
+    """Train ``spec`` and return its record (also written to ``output_dir/metrics.json``). A SIGINT or
+    SIGTERM stops the run on purpose: its workers are ended, its record is written (failed, with the
+    signal's name in ``interrupted``) and :class:`Interrupted` goes on up, to end the command."""
     os.makedirs(output_dir, exist_ok=True)
     record = record_mod.new_record(spec)
     started = time.perf_counter()
     joined = comm_mod.env_rank_info()
     try:
-        if joined is not None:
-            result = _run_joined(spec, joined)
-            if joined[0] != 0:
-                return record  # only rank 0 writes the record
-        else:
-            result = _run_local(spec, output_dir, progress)
+        with _Stop() as stop:
+            if joined is not None:
+                result = _run_joined(spec, joined)
+                if joined[0] != 0:
+                    return record  # only rank 0 writes the record
+            else:
+                result = _run_local(spec, output_dir, progress, stop)
         record.update(result)
         record["status"] = "ok"
+    except Interrupted as e:
+        if joined is not None and joined[0] != 0:
+            raise
+        seconds = time.perf_counter() - started
+        record.update(status="failed", interrupted=e.name, wall_time_s=seconds,
+                      error=f"interrupted by {e.name} after {seconds:.0f} s (stopped on purpose; its workers were ended)")
+        path = record_mod.write(output_dir, record)
+        raise Interrupted(e.signum, f"interrupted by {e.name}: the run stopped, its record (marked failed) is {path}")
     except WorkerFailure as e:
         record.update(status="failed", error=str(e), failed_rank=e.rank, traceback=e.details)
     except ConfigError:
@@ -88,7 +101,39 @@ def _run_joined(spec: RunSpec, info: tuple[int, int, int]) -> dict:
         comm_mod.destroy()
 
 
-def _run_local(spec: RunSpec, output_dir: str, progress: bool) -> dict:
+class _Stop:
+    """For the length of one run: the first SIGINT (Ctrl-C) or SIGTERM stops it, as
+    :class:`Interrupted` raised in this process's main thread (the run's cleanup ends the workers);
+    a second one ends the command at once, its workers killed. Under a scheduler (a submitit
+    job) SIGTERM keeps submitit's own meaning, and its preemption signal its requeue
+    (harness.run.preemption)."""
+
+    def __init__(self):
+        self.workers: list = []  # the processes a second signal kills
+        self._first: int | None = None
+        self._previous: dict = {}
+
+    def __enter__(self) -> "_Stop":
+        if threading.current_thread() is threading.main_thread():  # handlers live in the main thread
+            signals = [signal.SIGINT] + ([] if preemption.under_scheduler() else [signal.SIGTERM])
+            self._previous = {s: signal.signal(s, self._handle) for s in signals}
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for s, handler in self._previous.items():
+            signal.signal(s, handler)
+
+    def _handle(self, signum, frame) -> None:
+        if self._first is not None:
+            for p in self.workers:
+                if p.is_alive():
+                    p.kill()
+            os._exit(128 + signum)
+        self._first = signum
+        raise Interrupted(signum)
+
+
+def _run_local(spec: RunSpec, output_dir: str, progress: bool, stop: _Stop) -> dict:
     result_path = os.path.join(output_dir, _RESULT_FILE)
     for stale in glob.glob(glob.escape(result_path) + "*"):
         os.remove(stale)
@@ -97,6 +142,7 @@ def _run_local(spec: RunSpec, output_dir: str, progress: bool) -> dict:
     n = spec.strategy_cls.processes(spec)
     ctx = start_workers(worker_main, args=(spec, n, n, result_path, progress), nprocs=n, join=False,
                         preload=strategy_modules())
+    stop.workers = ctx.processes
     try:
         # join() returns True when all exited cleanly; on the first failure it
         # terminates the others (SIGTERM, then SIGKILL after the grace period)

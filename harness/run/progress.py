@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import sys
+import threading
 
 from tqdm import tqdm
+
+# tqdm's default lock is a multiprocessing semaphore, for bars shared by several processes; a run
+# has one bar, on rank 0, and a semaphore left behind by a worker that was killed makes
+# multiprocessing's resource tracker warn about it when the command ends
+tqdm.set_lock(threading.RLock())
 
 
 class StepProgress:

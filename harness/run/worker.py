@@ -36,7 +36,7 @@ def train(spec: RunSpec, ctx: comm_mod.DistContext, progress: bool = True, local
     comm = comm_mod.Comm(ctx)
     # before anything else runs on this device: what the FLOP figures are judged against
     peak, peak_source = device_peak(ctx.device, spec.train.precision, torch.get_num_threads())
-    dataset = load(spec.data, spec.seed)
+    dataset = load(spec.data, spec.seed, spec.model.num_classes)
     order = BatchOrder(len(dataset.train), spec.train.global_batch, spec.seed)
     layers = build_layers(spec.model, spec.seed)
     n_params = count_parameters(layers)

@@ -164,7 +164,16 @@ def resolve_boundaries(spec, layers: list[nn.Module], ctx: DistContext, comm: Co
     sweep reuses it, so every strategy of a sweep compares on the same partition."""
     if spec.strategy.boundaries is not None:
         return Partition(list(spec.strategy.boundaries), "given")
-    return comm.broadcast_object(_shared_or_measured(spec, layers, ctx.device, replicas) if ctx.rank == 0 else None)
+    found = None
+    if ctx.rank == 0:
+        try:
+            found = _shared_or_measured(spec, layers, ctx.device, replicas)
+        except ConfigError as e:  # every rank raises it, none waits for a cut that does not come
+            found = e
+    found = comm.broadcast_object(found)
+    if isinstance(found, ConfigError):
+        raise found
+    return found
 
 
 def _micro_batch(spec, replicas: list[int]) -> int:
@@ -196,8 +205,12 @@ def _shared_or_measured(spec, layers: list[nn.Module], device: torch.device, rep
         finally:
             if os.path.exists(tmp):
                 os.remove(tmp)
-    with open(path) as f:
-        return Partition(json.load(f)["boundaries"], "shared")
+    try:
+        with open(path) as f:
+            return Partition(list(json.load(f)["boundaries"]), "shared")
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ConfigError(f"the sweep's partition file {path} cannot be read ({type(e).__name__}: {e}); delete it "
+                          "and the sweep's next pipeline measures the cut again") from None
 
 
 def _measured_boundaries(spec, layers: list[nn.Module], device: torch.device, replicas: list[int]) -> list[int]:

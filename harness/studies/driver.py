@@ -4,18 +4,22 @@ recorded through the record module, and write the study's tables.
 
 Repeats are interleaved in time (every configuration once, then again, ...), so a shared
 machine's drift falls on every configuration alike. A run that outlives its deadline is a
-hang: its whole process tree is killed. Any process a run started that outlives it by a
-second is counted as left over, and killed.
+hang: every process of it is killed. Any process a run started that outlives it by a second
+is counted as left over, and killed; a job's processes are found by a mark in their
+environment, whoever their parent is by then.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, TypeVar
 
@@ -39,57 +43,108 @@ class Outcome:
     error: str | None = None
     left_over: int = 0
     started_at: float = field(default_factory=time.time)
+    stderr: list[str] = field(default_factory=list)  # what the command printed on its standard error
 
 
-def _tree(proc: psutil.Process) -> list[psutil.Process]:
+MARK = "PIPEBENCH_JOB"  # set in a command's environment, inherited by every process it starts
+
+
+def job_processes(mark: str) -> list[psutil.Process]:
+    """Every live process of the job whose environment carries ``mark``: the command, the server
+    that forks its workers, the workers, multiprocessing's resource tracker; found by what they
+    share, whoever their parent is now (a process whose parent died is re-parented)."""
+    found = []
+    for p in psutil.process_iter():
+        try:
+            if p.environ().get(MARK) == mark and p.status() != psutil.STATUS_ZOMBIE:
+                found.append(p)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found
+
+
+@dataclass(frozen=True)
+class Interruption:
+    """A signal sent to a running job ``after`` seconds after its workers appeared: to the command
+    (``command``), its process group (``group``: the command then runs in a session of its own, as
+    a terminal's foreground job does), one of its workers (``worker``) or the server that forks
+    them (``server``)."""
+
+    signum: int
+    target: str
+    after: float
+
+    def __str__(self) -> str:
+        return f"{signal.Signals(self.signum).name} to the {self.target} after {self.after:.1f} s"
+
+
+def _workers_and_server(command: psutil.Process) -> tuple[list[psutil.Process], psutil.Process | None]:
     try:
-        return [proc, *proc.children(recursive=True)]
+        servers = [c for c in command.children() if "forkserver" in " ".join(c.cmdline())]
+        return ([w for s in servers for w in s.children()], servers[0] if servers else None)
     except psutil.NoSuchProcess:
-        return []
+        return [], None
+
+
+def _interrupt(proc: subprocess.Popen, how: Interruption, workers: list[psutil.Process], server) -> None:
+    if how.target == "command":
+        os.kill(proc.pid, how.signum)
+    elif how.target == "group":
+        os.killpg(proc.pid, how.signum)
+    elif how.target == "worker" and workers:
+        workers[-1].send_signal(how.signum)
+    elif how.target == "server" and server is not None:
+        server.send_signal(how.signum)
 
 
 def run_command(args: list[str], run_dir: str | None = None, deadline_s: float = 900, cwd: str = ".",
-                env: dict | None = None) -> Outcome:
+                env: dict | None = None, interruption: Interruption | None = None) -> Outcome:
     """``python -m harness args`` (``hydra.run.dir=run_dir`` added where given), watched until it ends
-    or its deadline passes; its record read from ``run_dir``."""
+    or its deadline passes (a hang: every process of the job is killed), its record read from
+    ``run_dir``; ``interruption``: a signal sent to it once its workers run. Any process of the job
+    alive a second after the command ended is left over (counted, then killed)."""
     cmd = [sys.executable, "-m", "harness", *args] + ([f"hydra.run.dir={run_dir}"] if run_dir else [])
+    mark = uuid.uuid4().hex
     started = time.time()
     proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "WANDB_SILENT": "true", **(env or {})})
-    watched = psutil.Process(proc.pid)
-    seen: dict[int, psutil.Process] = {}
-    hung = False
+                            env={**os.environ, "WANDB_SILENT": "true", **(env or {}), MARK: mark},
+                            start_new_session=interruption is not None and interruption.target == "group")
+    command = psutil.Process(proc.pid)
+    hung, workers_seen = False, None
+    stderr: list[str] = []  # read as it comes: a full pipe would stall the command
+    reader = threading.Thread(target=lambda: stderr.extend(proc.stderr), daemon=True)
+    reader.start()
     while proc.poll() is None:
-        for p in _tree(watched):  # every process the run starts, to look for any left behind
-            seen.setdefault(p.pid, p)
+        if interruption is not None:
+            workers, server = _workers_and_server(command)
+            if workers_seen is None and workers:
+                workers_seen = time.time()
+            if workers_seen is not None and time.time() - workers_seen >= interruption.after:
+                _interrupt(proc, interruption, workers, server)
+                interruption = None
         if time.time() - started > deadline_s:
             hung = True
-            for p in _tree(watched):
+            for p in job_processes(mark):
                 p.kill()
             break
-        time.sleep(0.2)
-    _, stderr = proc.communicate()
-    stderr_lines = (stderr or "").strip().splitlines()
-    time.sleep(1.0)  # what outlives its run by a second is left over
-    left = [p for p in seen.values() if p.pid != proc.pid and _alive(p)]
+        time.sleep(0.1)
+    proc.wait()
+    reader.join(timeout=5)
+    time.sleep(1.0)  # what outlives its command by a second is left over
+    left = job_processes(mark)
     for p in left:
         p.kill()
+    stderr_lines = "".join(stderr).strip().splitlines()
     seconds = round(time.time() - started, 1)
     if hung:
-        return Outcome("hang", seconds, None, None, f"still running after {deadline_s:.0f} s", len(left), started)
+        return Outcome("hang", seconds, None, None, f"still running after {deadline_s:.0f} s", len(left), started,
+                       stderr_lines)
     record, error = read_record(run_dir) if run_dir else (None, None)
     recorded_ok = run_dir is None or (record or {}).get("status") == "ok"  # a command that records must say ok
     if proc.returncode == 0 and recorded_ok:
-        return Outcome("ok", seconds, 0, record, None, len(left), started)
+        return Outcome("ok", seconds, 0, record, None, len(left), started, stderr_lines)
     error = (record or {}).get("error") or error or (stderr_lines[-1] if stderr_lines else "no output")
-    return Outcome("failed", seconds, proc.returncode, record, error, len(left), started)
-
-
-def _alive(p: psutil.Process) -> bool:
-    try:
-        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
+    return Outcome("failed", seconds, proc.returncode, record, error, len(left), started, stderr_lines)
 
 
 def read_record(run_dir: str) -> tuple[dict | None, str | None]:

@@ -171,3 +171,19 @@ def test_a_typo_is_one_line_exit_2_and_nothing_started(workdir):
         "error: unknown key trian.steps; did you mean train.steps? (docs/reference/configuration.md lists every key; "
         "'+' does not add one: nothing would read it)"]
     assert not os.path.exists(os.path.join(workdir, "r"))
+
+
+def test_resuming_from_a_corrupt_checkpoint_is_refused_in_one_line_before_any_worker(workdir, capfd):
+    """A run that checkpoints, its latest checkpoint truncated, then resumed: one line naming the
+    file and what to do, exit 2, nothing started (it used to end in a 20-line traceback)."""
+    first = os.path.join(workdir, "first")
+    assert pipebench(capfd, "run", "world_size=2", *TINY, "train.checkpoint_every=3", f"hydra.run.dir={first}") \
+        .returncode == 0
+    rank1 = os.path.join(first, "checkpoints", "step5", "rank1.pt")
+    with open(rank1, "r+b") as f:
+        f.truncate(1000)
+    proc = pipebench(capfd, "run", "world_size=2", *TINY, f"train.resume={first}", f"hydra.run.dir={workdir}/again")
+    errors = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2 and len(errors) == 1, errors
+    assert errors[0].startswith(f"error: checkpoint {rank1} cannot be read") and "resume from an earlier" in errors[0]
+    assert "samples/s" not in proc.stdout + proc.stderr
