@@ -110,19 +110,25 @@ def interrupts(args: argparse.Namespace) -> int:
             rows.append(row)
             print(f"[{k + 1}/{args.interrupts}] {name}, {how}: exit {o.returncode}, record {row['record']}, "
                   f"{o.left_over} left over in {o.seconds:.0f} s", flush=True)
-    table = pd.DataFrame(rows)
-    summary = {"date": datetime.date.today().isoformat(), "runs": len(table), "wrong": int((~table.right).sum()),
-               "without_record": int(((table.record == "none") & ~((table.signal == "SIGKILL") & (table.to == "command")))
-                                     .sum()),
-               "left_over_processes": int(table.left_over.sum()), "finished_before_the_signal": int(
-                   (table.record == "ok").sum())}
-    by_signal = table.groupby(["signal", "to"]).agg(runs=("run", "size"), right=("right", "sum"),
-                                                    left_over=("left_over", "sum"))
-    text = (f"Soak of {summary['runs']} interrupted runs at 2 workers on {summary['date']}: "
-            f"{summary['without_record']} without a record, {summary['left_over_processes']} processes left over, "
-            f"{summary['wrong']} wrong; {summary['finished_before_the_signal']} finished before their signal.\n\n"
-            f"{by_signal.to_markdown()}\n\nEvery run:\n\n{table.to_markdown(index=False)}\n")
+    summary, text = interrupt_report(rows, datetime.date.today().isoformat())
     print(text)
     if args.out:
         write(args.out, "soak_interrupts", text, {**summary, "runs_detail": rows})
     return 0 if summary["wrong"] == 0 else 1
+
+
+def interrupt_report(rows: list[dict], date: str) -> tuple[dict, str]:
+    """The counts of an interruption soak, and its Markdown (per signal and target, then every run)."""
+    table = pd.DataFrame(rows)
+    killed_outright = (table.signal == "SIGKILL") & (table.to == "command")  # nothing can write a record
+    summary = {"date": date, "runs": len(table), "wrong": int((~table.right).sum()),
+               "without_record": int(((table.record == "none") & ~killed_outright).sum()),
+               "left_over_processes": int(table.left_over.sum()),
+               "finished_before_the_signal": int((table.record == "ok").sum())}
+    by_signal = table.groupby(["signal", "to"]).agg(runs=("run", "size"), right=("right", "sum"),
+                                                    left_over=("left_over", "sum")).reset_index()
+    text = (f"Soak of {summary['runs']} interrupted runs at 2 workers on {date}: {summary['without_record']} without a "
+            f"record, {summary['left_over_processes']} processes left over, {summary['wrong']} wrong; "
+            f"{summary['finished_before_the_signal']} finished before their signal.\n\n"
+            f"{by_signal.to_markdown(index=False)}\n\nEvery run:\n\n{table.to_markdown(index=False)}\n")
+    return summary, text
