@@ -3,6 +3,7 @@ point of a sweep); the command itself is :mod:`harness.commands.run`."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 
@@ -12,9 +13,13 @@ from omegaconf import DictConfig, OmegaConf
 
 from harness.cli.sweep import sweep_group
 from harness.config.spec import build_spec
+from harness.core.comm import env_rank_info
 from harness.core.errors import ConfigError
 from harness.report import record as record_mod
-from harness.report import wandb_mirror
+from harness.report.environment import environment
+from harness.report.figures import run_name
+from harness.report.traces import chrome_trace
+from harness.report.wandb_run import LiveRun
 from harness.run import launch, preemption
 
 
@@ -82,14 +87,42 @@ def task(cfg: DictConfig) -> None:
     spec.output_dir = output_dir
     if multirun:  # every run of the sweep cuts the model where its first pipeline measured the cut
         spec.partition_dir = os.path.join(hc.sweep.dir, "partitions")
-    rec = _run_preemptible(spec, output_dir)
+    joined = env_rank_info()
+    live = None
+    if joined is None or joined[0] == 0:  # one wandb run per job, on rank 0's process
+        group = spec.logger.group or (sweep_group(hc.sweep.dir) if multirun else None)
+        live = LiveRun(output_dir, spec.logger.mode, spec.logger.project, spec.logger.entity, group, "train",
+                       {**OmegaConf.to_container(cfg, resolve=True), "variant": spec.variant(),
+                        "environment": environment()},
+                       spec.summary()).follow()
+    try:
+        rec = _run_preemptible(spec, output_dir)
+    except launch.Interrupted as e:
+        if live is not None:
+            live.finish(_written(output_dir), 128 + e.signum)
+        raise
     if rec.get("status") == "running":  # a non-zero rank under torchrun/Slurm: rank 0 reports
         return
-    group = spec.logger.group or (sweep_group(hc.sweep.dir) if multirun else None)
-    wandb_mirror.mirror(rec, output_dir, spec.logger.mode, spec.logger.project, spec.logger.entity, group)
+    _write_trace(rec, output_dir)
+    live.finish(rec, 0 if rec["status"] == "ok" else 1)
     if rec["status"] == "ok":
         print(summary_line(rec, output_dir), flush=True)
     else:  # on a line of its own: a failed worker's progress bar may end without one
         print("\n" + summary_line(rec, output_dir), file=sys.stderr, flush=True)
     if rec["status"] != "ok" and not multirun:
         raise SystemExit(1)
+
+
+def _written(output_dir: str) -> dict:
+    try:
+        return record_mod.read(os.path.join(output_dir, "metrics.json"))
+    except Exception:  # the wandb run ends with its exit code all the same
+        return {}
+
+
+def _write_trace(rec: dict, output_dir: str) -> None:
+    """The run's step as a Chrome trace beside its record (harness.report.traces), where it has spans."""
+    trace = chrome_trace(rec) if rec.get("status") == "ok" else None
+    if trace:
+        with open(os.path.join(output_dir, f"trace_{run_name(rec)}.json"), "w") as f:
+            json.dump(trace, f, separators=(",", ":"))

@@ -10,7 +10,7 @@ import time
 
 from hydra.experimental.callback import Callback
 
-from harness.report.wandb_mirror import log_comparison
+from harness.report.wandb_run import log_comparison
 
 # failed runs of the last sweep this process ran (read by harness/__main__ for the exit code)
 SWEEP_FAILURES: list[int] = []
@@ -41,24 +41,26 @@ class SweepTableCallback(Callback):
 
     def on_multirun_end(self, config, **kwargs) -> None:
         # pandas, scipy and matplotlib only now: a run's start-up does not wait for them
-        from harness.report.tables import comparison_table, load_records, write_outputs
+        from harness.report.tables import build, frame_for_programs, load_records, write_outputs
 
         sweep_dir = config.hydra.sweep.dir
         df = load_records([sweep_dir])
         if df.empty:
             print(f"no records under {sweep_dir}", file=sys.stderr)
             return
-        table, figures = write_outputs([sweep_dir], sweep_dir)
+        table, written = write_outputs([sweep_dir], sweep_dir, machine=True)
+        figures = [p for p in written if os.sep + "figures" + os.sep in p]
         logger = config.get("logger", {})
         outputs = [os.path.join(sweep_dir, name) for name in ("results.md", "results.csv", "results.tex",
                                                               "machine.json", "figures")]
-        log_comparison(comparison_table(df), sweep_dir, [p for p in outputs if os.path.exists(p)],
-                       logger.get("mode", "disabled"), logger.get("project", "pipebench"), logger.get("entity"),
+        log_comparison(frame_for_programs(build(df, "all")), sweep_dir, [p for p in outputs if os.path.exists(p)],
+                       logger.get("mode"), logger.get("project"), logger.get("entity"),
                        logger.get("group") or sweep_group(sweep_dir))
         failed = int((df["status"] != "ok").sum())
         SWEEP_FAILURES.append(failed)
-        print(f"\nResults of {len(df)} run(s) in {sweep_dir} (speedup and ME against DP with the same workers):\n")
+        print(f"\nResults of {len(df)} run(s) in {sweep_dir}:\n")
         print(table)
         print(f"\ntables: {sweep_dir}/results.{{md,csv,tex}}; {len(figures)} figure file(s) in {sweep_dir}/figures")
         if failed:
-            print(f"\n{failed} run(s) failed; see the note column and each run's metrics.json", file=sys.stderr)
+            print(f"\n{failed} run(s) failed; see the notes under the table and each run's metrics.json",
+                  file=sys.stderr)

@@ -20,14 +20,14 @@ import sys
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from harness.cli.sweep import sweep_group
 from harness.config.spec import build_spec
 from harness.core.errors import ConfigError
 from harness.planning.forecast import forecast
 from harness.report import record as record_mod
-from harness.report import wandb_mirror
+from harness.report.wandb_run import LiveRun
 
 OVERRIDES = True
 
@@ -58,8 +58,8 @@ def task(cfg: DictConfig) -> None:
               "on it, so a profile taken with this strategy's settings predicts it more closely", file=sys.stderr)
     record_mod.write(hc.runtime.output_dir, rec)
     group = spec.logger.group or (sweep_group(hc.sweep.dir) if hc.mode == RunMode.MULTIRUN else None)
-    wandb_mirror.mirror({**rec, "tag": spec.tag, "seed": spec.seed}, hc.runtime.output_dir, spec.logger.mode,
-                        spec.logger.project, spec.logger.entity, group, job_type="simulate")
+    LiveRun(hc.runtime.output_dir, spec.logger.mode, spec.logger.project, spec.logger.entity, group, "simulate",
+            OmegaConf.to_container(cfg, resolve=True), {**spec.summary(), "tag": spec.tag}).finish(rec, 0)
     print(f"simulated {pred.strategy} w={pred.world_size} on {spec.cluster.name}: {pred.throughput:.1f} samples/s "
           f"(iteration {pred.iteration_s * 1e3:.2f} ms), bubble {pred.bubble_fraction:.1%}, "
           f"exposed communication {pred.comm_s * 1e3:.2f} ms, replicas {pred.replicas}, "

@@ -131,10 +131,15 @@ class LaunchConfig:
 
 @dataclass
 class LoggerConfig:
-    mode: str = choice("offline", "offline", "online", "disabled")  # offline: upload later with wandb sync
-    project: str = "pipebench"  # the wandb project
-    entity: Optional[str] = None  # the wandb entity (unset: the account's default)
+    # offline (upload later with wandb sync) | online | disabled; unset: WANDB_MODE, else offline
+    mode: Optional[str] = choice(None, "offline", "online", "disabled")
+    project: Optional[str] = None  # the wandb project; unset: WANDB_PROJECT, else pipebench
+    entity: Optional[str] = None  # the wandb entity; unset: WANDB_ENTITY, else the account's default
     group: Optional[str] = None  # unset: one group per sweep (a single run has none)
+    # a row of step metrics (steps.jsonl, and wandb) every this many steps; 0: about 1/100 of the run
+    log_every: int = bounded(0, 0)
+    # a plain progress line every this many steps; 0: about 1/10 of the run
+    print_every: int = bounded(0, 0)
 
 
 @dataclass

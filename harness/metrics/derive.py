@@ -15,7 +15,8 @@ import os
 
 from harness.metrics.flops import layer_flops, utilisation
 from harness.metrics.meter import job_idle_fractions, step_time_summary
-from harness.runtime.schedules import replayed_bubble
+from harness.metrics import idle
+from harness.runtime.schedules import replayed_timeline, timeline_bubble
 
 
 def job_figures(spec, strategy, gathered: list[dict], run: dict) -> dict:
@@ -93,47 +94,65 @@ def _replicas_per_stage(layouts: list[dict], partition) -> list[int]:
 
 def _bubbles(gathered: list[dict], replicas: list[int], strategy) -> dict:
     """The measured idle fraction (mean over the pipeline's devices, from the profiled step: each
-    rank, or each stage of a process that drives several), the analytic one for this schedule,
-    the schedule replayed with the measured costs, and the replica all-reduce hidden under
-    backward (mean over ranks that have one)."""
+    rank, or each stage of a process that drives several) and where the idle time went
+    (:mod:`harness.metrics.idle`, one machine's devices), the analytic one for this schedule,
+    the schedule replayed with the measured costs (and its timeline, for the trace), and the
+    replica all-reduce hidden under backward (mean over ranks that have one)."""
     units = _measured_units(gathered)
-    idles = [idle for _, idle, _ in units]
+    idles = [u["idle"] for u in units]
     hidden = [r["allreduce"]["hidden_allreduce_s"] for r in gathered if r.get("allreduce")]
     # one machine's ranks share the profiler's clock; across machines each rank's own span is used
-    same_host = len({host for _, _, host in units}) == 1
+    same_host = len({u["host"] for u in units}) == 1
     measured = bool(units) and all(idles) and len(units) >= len(replicas)
     fractions = (job_idle_fractions(idles) if same_host else [i["idle_fraction"] for i in idles]) if measured else None
     replay = strategy.replayed_schedule(strategy.spec, len(replicas)) if measured else None
+    timeline = _replayed(*replay, units) if replay else None
+    classified = idle.classify([{"compute": u["idle"].get("union"), "comm": u["idle"].get("comm"),
+                                 "start": u["idle"]["start_s"], "end": u["idle"]["end_s"]} for u in units]) \
+        if measured and same_host else None
+    parts, origin = classified or (None, 0.0)
+    mean, seconds = idle.breakdown(parts) if parts else (None, None)
+    for u in units:  # thousands of operator intervals: read here, not kept in the record
+        (u["idle"] or {}).pop("union", None)
     return {"bubble_measured": sum(fractions) / len(fractions) if measured else None,
             "bubble_per_rank": fractions,
             "bubble_analytic": strategy.analytic_bubble(strategy.spec, len(replicas)),
-            "bubble_replayed": _replayed(*replay, units) if replay else None,
+            "bubble_replayed": timeline_bubble(timeline, len(replay[0])) if timeline else None,
+            "idle_breakdown": mean,
+            # per device: its label, seconds per part, and the parts in time order (the trace's idle track)
+            "idle_per_device": [{"device": u["label"], **sec, "waits": idle.waits(lane, origin, 1e-4)}
+                                for u, sec, lane in zip(units, seconds, parts)] if parts else None,
+            "replay_timeline": [[(str(e.action), e.start, e.end) for e in timeline.stage_events(p)]
+                                for p in range(len(replay[0]))] if timeline else None,
             "hidden_allreduce_s": sum(hidden) / len(hidden) if hidden else None}
 
 
-def _measured_units(gathered: list[dict]) -> list[tuple]:
-    """(stage, idle, host) of every device the job ran on: each rank, or each stage of a process
-    that drives several (torchgpipe)."""
+def _measured_units(gathered: list[dict]) -> list[dict]:
+    """Every device the job ran on (each rank, or each stage of a process that drives several,
+    as torchgpipe does): its stage, profiled idle and compute spans, host and label."""
     units = []
     for r in gathered:
         if r.get("stages"):
-            units += [(int(j), st["idle"], r["host"]) for j, st in sorted(r["stages"].items(), key=lambda kv: int(kv[0]))]
+            units += [{"stage": int(j), "idle": st["idle"], "spans": st["profiled_spans"], "host": r["host"],
+                       "label": f"rank {r['rank']} stage {j}"}
+                      for j, st in sorted(r["stages"].items(), key=lambda kv: int(kv[0]))]
         else:
-            units.append((r["layout"].get("stage"), r.get("idle"), r["host"]))
+            units.append({"stage": r["layout"].get("stage"), "idle": r.get("idle"), "spans": r.get("profiled_spans"),
+                          "host": r["host"], "label": f"rank {r['rank']}"})
     return units
 
 
-def _replayed(schedule, placement, units: list[tuple]) -> float | None:
+def _replayed(schedule, placement, units: list[dict]):
     """The schedule replayed by the simulator with the time of each kind (forward, backward and its
     parts, optimizer) each rank position of the pipeline spent in the profiled step (mean over its
     replicas); None where the profile does not split the time by kind (a GPU's kernels)."""
-    if not all("F" in idle["busy_s"] for _, idle, _ in units):
+    if not all("F" in u["idle"]["busy_s"] for u in units):
         return None
     busy = []
     for lane in range(len(schedule)):
-        spent = [idle["busy_s"] for stage, idle, _ in units if stage == lane]
+        spent = [u["idle"]["busy_s"] for u in units if u["stage"] == lane]
         busy.append({kind: sum(b.get(kind, 0.0) for b in spent) / len(spent) for kind in set().union(*spent)})
-    return replayed_bubble(schedule, busy, placement)
+    return replayed_timeline(schedule, busy, placement)
 
 
 def _host_use(device: str, threads: int, local_world: int) -> dict:

@@ -189,9 +189,23 @@ def _start_and_peak_total(prof, device_type: str) -> tuple[int, int]:
     return (first[1] if first else peak), peak
 
 
-# operators that move data between ranks or wait for it: idle time, not compute
+# operators that move data between ranks or wait for it: idle time, not compute; kept apart as
+# collectives or point-to-point for the idle breakdown (harness.metrics.idle)
 _COMMUNICATION = ("c10d", "gloo", "nccl", "record_param_comms", "send", "recv", "all_reduce", "allreduce",
                   "broadcast", "barrier", "gather", "scatter", "wait")
+_COLLECTIVE = ("all_reduce", "allreduce", "broadcast", "barrier", "gather", "scatter", "reduce")
+
+
+def comm_kind(name: str) -> str:
+    """``collective`` or ``p2p`` (a send, a receive, a wait on one) for a communication operator
+    or NCCL kernel."""
+    lowered = name.lower()
+    return "collective" if any(word in lowered for word in _COLLECTIVE) else "p2p"
+
+
+def _comm_blocks(ops: list[tuple[int, int, str]], first: int) -> list[tuple[str, float, float]]:
+    """Communication operators (start ns, end ns, kind) as (kind, start, end), seconds from ``first``."""
+    return [(kind, (start - first) / 1e9, (end - first) / 1e9) for start, end, kind in sorted(ops)]
 _MERGE_GAP_NS = 100_000  # adjacent operators of one kind closer than this form one block
 # torch pipelining's multi-stage runtime names each action's span "PP:<stage><kind><micro-batch>":
 # the backward operators under its I and W actions are the two parts of a split backward
@@ -215,6 +229,7 @@ def compute_spans(prof) -> tuple[list[tuple[str, float, float]], dict | None, di
     found by autograd's sequence numbers, which tie a backward node to the forward operator that
     made it."""
     ops: list[tuple[int, int, str, int | None]] = []
+    comm: list[tuple[int, int, str]] = []
     first, last = None, None
     stage_of_sequence: dict[int, int] = {}
 
@@ -258,6 +273,7 @@ def compute_spans(prof) -> tuple[list[tuple[str, float, float]], dict | None, di
                       int(annotated.group(1)) if annotated else stage)
             return
         if any(word in name.lower() for word in _COMMUNICATION):
+            comm.append((node.start_time_ns, node.end_time_ns, comm_kind(name)))
             return
         if kind == "F" and name.startswith("autograd::engine::evaluate_function"):
             kind = part if part in ("I", "W") else "B"
@@ -273,6 +289,8 @@ def compute_spans(prof) -> tuple[list[tuple[str, float, float]], dict | None, di
     for root in sorted(prof.profiler.kineto_results.experimental_event_tree(), key=lambda n: n.start_time_ns):
         visit(root, "F", None, None)
     spans, idle = busy_blocks([op[:3] for op in ops], first, last)
+    if idle:
+        idle["comm"] = _comm_blocks(comm, first)
     lanes = {j: busy_blocks([op[:3] for op in ops if op[3] == j], first, last)
              for j in sorted({op[3] for op in ops if op[3] is not None})}
     return spans, idle, lanes
@@ -283,15 +301,20 @@ def device_spans(prof) -> tuple[list[tuple[str, float, float]], dict | None, dic
     out as communication) as ``GPU`` blocks, and its idle fraction, as :func:`compute_spans`;
     where the process drives several GPUs (torchgpipe), each GPU's own (keyed by its index).
     The device's timestamps are on the host's clock (CUPTI converts them), so ranks line up."""
+    kernels = [e for e in prof.profiler.kineto_results.events() if e.device_type() == torch.autograd.DeviceType.CUDA]
     ops = [(e.start_ns(), e.start_ns() + e.duration_ns(), "GPU", e.device_index())
-           for e in prof.profiler.kineto_results.events()
-           if e.device_type() == torch.autograd.DeviceType.CUDA and not e.name().lower().startswith("nccl")]
+           for e in kernels if not e.name().lower().startswith("nccl")]
+    comm = [(e.start_ns(), e.start_ns() + e.duration_ns(), comm_kind(e.name()))
+            for e in kernels if e.name().lower().startswith("nccl")]
     if not ops:
         return [], None, {}
     first, last = min(o[0] for o in ops), max(o[1] for o in ops)
     devices = sorted({o[3] for o in ops})
     lanes = {d: busy_blocks([o[:3] for o in ops if o[3] == d], first, last) for d in devices} if len(devices) > 1 else {}
-    return (*busy_blocks([o[:3] for o in ops], first, last), lanes)
+    spans, idle = busy_blocks([o[:3] for o in ops], first, last)
+    if idle:
+        idle["comm"] = _comm_blocks(comm, first)
+    return spans, idle, lanes
 
 
 def busy_blocks(ops: list[tuple[int, int, str]], first: int | None, last: int | None
@@ -302,12 +325,17 @@ def busy_blocks(ops: list[tuple[int, int, str]], first: int | None, last: int | 
         return [], None
     ops = sorted(ops)
     blocks: list[list] = []
+    union: list[list[int]] = []  # exact, unmerged: what the idle breakdown reads (then drops)
     busy, covered_to = 0, first
     by_kind: dict[str, int] = {}
     for start, end, kind in ops:
         added = max(0, end - max(start, covered_to))  # the union: overlapping spans count once
         busy += added
         by_kind[kind] = by_kind.get(kind, 0) + added
+        if union and start <= union[-1][1]:
+            union[-1][1] = max(union[-1][1], end)
+        elif end > start:
+            union.append([start, end])
         covered_to = max(covered_to, end)
         if blocks and blocks[-1][0] == kind and start - blocks[-1][2] < _MERGE_GAP_NS:
             blocks[-1][2] = max(blocks[-1][2], end)
@@ -316,7 +344,9 @@ def busy_blocks(ops: list[tuple[int, int, str]], first: int | None, last: int | 
     span = last - first
     return ([(kind, start / 1e9, end / 1e9) for kind, start, end in blocks],
             {"idle_fraction": 1 - busy / span, "compute_s": busy / 1e9, "step_s": span / 1e9,
-             "start_s": first / 1e9, "end_s": last / 1e9, "busy_s": {k: v / 1e9 for k, v in by_kind.items()}})
+             "start_s": first / 1e9, "end_s": last / 1e9, "busy_s": {k: v / 1e9 for k, v in by_kind.items()},
+             # seconds from ``start_s``: epoch seconds as floats would lose a microsecond per interval
+             "union": [((start - first) / 1e9, (end - first) / 1e9) for start, end in union]})
 
 
 def job_idle_fractions(idles: list[dict]) -> list[float]:

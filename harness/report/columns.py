@@ -1,15 +1,18 @@
-"""Every column of the comparison tables, declared once.
+"""Every column of the comparison tables, declared once, and the named sets of them.
 
 A column says where its values come from (a field of the comparison frame, or a
 function of it), its label and unit, how it is scaled and rounded, whether a higher
-or a lower value is better (the best one is set in bold in LaTeX) and whether it is a
+or a lower value is better (a group's unique best is set in bold), whether it is a
 measured figure (averaged over repeats with its 95% interval) or part of what identifies
-a configuration. The Markdown, CSV and LaTeX tables are generated from this list
-(:mod:`harness.report.tables`); adding a column is one entry (docs: extending/metric).
+a configuration, and which named sets show it (``pipebench results --columns SET``). The
+Markdown, CSV and LaTeX tables are generated from this list (:mod:`harness.report.tables`);
+adding a column is one entry (docs: extending/metric).
 """
 
 from __future__ import annotations
 
+import numbers
+import re
 from dataclasses import dataclass
 from typing import Callable, Union
 
@@ -20,22 +23,41 @@ Source = Union[str, Callable[[pd.DataFrame], pd.Series]]
 
 @dataclass(frozen=True)
 class Column:
-    key: str  # snake_case name (CSV header, with the unit)
+    key: str  # snake_case name (the CSV header, with the unit)
     label: str  # what people read (Markdown and LaTeX headers)
     source: Source  # a column of the comparison frame, or a function of the frame
     unit: str = ""  # of the shown value, after scaling
     scale: float = 1.0
-    digits: int | None = None  # rounding of the shown value (None: as it is)
-    better: str | None = None  # "higher" or "lower": the best value of a group is marked
+    digits: int | None = None  # decimals shown (None: as it is)
+    better: str | None = None  # "higher" or "lower": the unique best value of a group is set in bold
     figure: bool = False  # a measurement: mean ± 95% interval over a configuration's runs
     config: bool = False  # identifies a configuration (the same in all of its runs)
+    sets: tuple[str, ...] = ()  # the named column sets that show it (every column is in "all")
+    speed: bool = False  # depends on the machine's speed: not comparable where workers share cores
 
     def values(self, df: pd.DataFrame) -> pd.Series:
         raw = self.source(df) if callable(self.source) else df[self.source]
         if not (self.figure or self.scale != 1.0 or self.digits is not None):
             return raw
-        shown = raw.astype(float) * self.scale
+        shown = pd.to_numeric(raw, errors="coerce").astype(float) * self.scale
         return shown.round(self.digits) if self.digits is not None else shown
+
+    @property
+    def csv_header(self) -> str:
+        """``peak_memory_mib``: the key and the unit, in snake_case."""
+        unit = re.sub(r"[^a-z0-9]+", "_", self.unit.lower().replace("/", " per ").replace("%", "pct")).strip("_")
+        return f"{self.key}_{unit}" if unit and unit not in self.key.split("_") else self.key
+
+    def text(self, value, half=None) -> str:
+        """One cell as people read it: rounded to the column's decimals, with ``± half`` if given."""
+        if value is None or (isinstance(value, float) and value != value):
+            return "–"
+        if not isinstance(value, numbers.Real) or isinstance(value, bool):
+            return str(value)
+        shown = f"{value:.{self.digits}f}" if self.digits is not None else f"{value:g}"
+        if half is not None and half == half:
+            shown += f" ± {half:.{self.digits}f}" if self.digits is not None else f" ± {half:.2g}"
+        return shown
 
 
 def _strategy(df: pd.DataFrame) -> pd.Series:
@@ -49,48 +71,101 @@ def _bubble(df: pd.DataFrame) -> pd.Series:
     return df["bubble_measured"].where(df["simulated"] != True, df["bubble_fraction"])  # noqa: E712
 
 
+def _field(name: str) -> Callable[[pd.DataFrame], pd.Series]:
+    """A frame field that older records may not have (then empty)."""
+    return lambda df: df[name] if name in df else pd.Series(None, index=df.index, dtype=object)
+
+
+PAPER, SPEED, MEMORY, ACCURACY, IDLE = "paper", "speed", "memory", "accuracy", "idle"
+_WHO = (PAPER, SPEED, MEMORY, ACCURACY, IDLE)  # what every set shows first: which runs these are
+_MiB = 2**-20
+
 COLUMNS: list[Column] = [
     Column("block", "block", lambda df: df["block"].fillna(""), config=True),
-    Column("strategy", "strategy", _strategy, config=True),
-    Column("layout", "layout", lambda df: df["layout"].fillna(""), config=True),
+    Column("strategy", "strategy", _strategy, config=True, sets=_WHO),
+    Column("workers", "workers", "world_size", config=True, sets=_WHO),
+    Column("layout", "layout", lambda df: df["layout"].fillna(""), config=True, sets=_WHO),
+    Column("micro_batches", "micro", "micro_batches", config=True, sets=(PAPER, SPEED, MEMORY, IDLE)),
     Column("model", "model", "model", config=True),
     Column("data", "data", "data", config=True),
-    Column("workers", "workers", "world_size", config=True),
     Column("batch", "batch", "global_batch", config=True),
-    Column("micro_batches", "micro", "micro_batches", config=True),
     Column("device", "device", "device", config=True),
     Column("precision", "precision", lambda df: df["precision"].fillna(""), config=True),
     Column("seed", "seed", "seed"),
     Column("status", "status", "status"),
-    Column("throughput", "samples/s", "throughput", "samples/s", digits=1, better="higher", figure=True),
-    Column("speedup", "speedup", "speedup", "x DP", digits=3, better="higher", figure=True),
-    Column("peak_memory", "peak MiB/rank", "peak_memory_bytes", "MiB", scale=2**-20, digits=2, better="lower",
-           figure=True),
-    Column("me", "ME", "me", "x DP", digits=3, better="higher", figure=True),
-    Column("top1", "top-1 %", "accuracy", "%", scale=100, digits=2, better="higher", figure=True),
-    Column("final_loss", "final loss", "final_loss", digits=4, better="lower", figure=True),
-    Column("time_to_target", "s to target", "time_to_target_s", "s", digits=1, better="lower", figure=True),
-    Column("steps_to_target", "steps to target", "steps_to_target", "steps", better="lower", figure=True),
-    Column("bubble", "bubble %", _bubble, "%", scale=100, digits=1, better="lower", figure=True),
-    Column("bubble_analytic", "analytic %", "bubble_analytic", "%", scale=100, digits=1, figure=True),
-    Column("bubble_replayed", "replayed %", "bubble_replayed", "%", scale=100, digits=1, figure=True),
-    Column("hidden_allreduce", "hidden AR ms", "hidden_allreduce_s", "ms", scale=1e3, digits=2, figure=True),
-    Column("tflops_per_device", "TFLOP/s/dev", "tflops_per_device", "TFLOP/s", digits=3, figure=True),
-    Column("mfu", "MFU %", "mfu", "%", scale=100, digits=1, figure=True),
-    Column("hfu", "HFU %", "hfu", "%", scale=100, digits=1, figure=True),
+    Column("throughput", "samples/s", "throughput", "samples/s", digits=1, better="higher", figure=True,
+           sets=(PAPER, SPEED), speed=True),
+    Column("speedup", "speedup", "speedup", "x DP", digits=3, better="higher", figure=True, sets=(PAPER, SPEED),
+           speed=True),
+    Column("step_time", "step ms", "step_time_s", "ms", scale=1e3, digits=1, better="lower", figure=True,
+           sets=(SPEED,), speed=True),
+    Column("peak_memory", "peak MiB/rank", "peak_memory_bytes", "MiB", scale=_MiB, digits=1, better="lower",
+           figure=True, sets=(PAPER, MEMORY)),
+    Column("me", "ME", "me", "x DP", digits=3, better="higher", figure=True, sets=(PAPER, MEMORY), speed=True),
+    # the peak rank's measured breakdown (harness.metrics.meter); "other" is activations and the rest
+    Column("memory_parameters", "params MiB", "memory_parameters", "MiB", scale=_MiB, digits=1, figure=True,
+           sets=(MEMORY,)),
+    Column("memory_gradients", "grads MiB", "memory_gradients", "MiB", scale=_MiB, digits=1, figure=True,
+           sets=(MEMORY,)),
+    Column("memory_optimizer_state", "optim MiB", "memory_optimizer_state", "MiB", scale=_MiB, digits=1,
+           figure=True, sets=(MEMORY,)),
+    Column("memory_stashed_weights", "stashed MiB", "memory_stashed_weights", "MiB", scale=_MiB, digits=1,
+           figure=True, sets=(MEMORY,)),
+    Column("memory_other", "activations+ MiB", "memory_other", "MiB", scale=_MiB, digits=1, figure=True,
+           sets=(MEMORY,)),
+    Column("top1", "top-1 %", "accuracy", "%", scale=100, digits=2, better="higher", figure=True,
+           sets=(PAPER, ACCURACY)),
+    Column("final_loss", "final loss", "final_loss", digits=4, better="lower", figure=True, sets=(ACCURACY,)),
+    Column("time_to_target", "s to target", "time_to_target_s", "s", digits=1, better="lower", figure=True,
+           sets=(ACCURACY,), speed=True),
+    Column("steps_to_target", "steps to target", "steps_to_target", "steps", digits=0, better="lower", figure=True,
+           sets=(ACCURACY,)),
+    Column("bubble", "bubble %", _bubble, "%", scale=100, digits=1, better="lower", figure=True,
+           sets=(PAPER, SPEED, IDLE), speed=True),
+    Column("bubble_analytic", "analytic %", "bubble_analytic", "%", scale=100, digits=1, figure=True, sets=(IDLE,)),
+    Column("bubble_replayed", "replayed %", "bubble_replayed", "%", scale=100, digits=1, figure=True, sets=(IDLE,)),
+    # of the job's profiled step, mean over ranks (harness.metrics.idle): the five parts add up to 100
+    Column("idle_compute", "compute %", _field("idle_compute"), "%", scale=100, digits=1, figure=True, sets=(IDLE,),
+           speed=True),
+    Column("idle_peer_wait", "peer wait %", _field("idle_peer_wait"), "%", scale=100, digits=1, figure=True,
+           sets=(IDLE,), speed=True),
+    Column("idle_collective", "collective %", _field("idle_collective"), "%", scale=100, digits=1, figure=True,
+           sets=(IDLE,), speed=True),
+    Column("idle_exposed_comm", "exposed comm %", _field("idle_exposed_comm"), "%", scale=100, digits=1,
+           figure=True, sets=(IDLE,), speed=True),
+    Column("idle_host", "host %", _field("idle_host"), "%", scale=100, digits=1, figure=True, sets=(IDLE,),
+           speed=True),
+    Column("hidden_allreduce", "hidden AR ms", "hidden_allreduce_s", "ms", scale=1e3, digits=2, figure=True,
+           sets=(IDLE,), speed=True),
+    Column("tflops_per_device", "TFLOP/s/dev", "tflops_per_device", "TFLOP/s", digits=3, figure=True,
+           sets=(SPEED,), speed=True),
+    Column("mfu", "MFU %", "mfu", "%", scale=100, digits=1, figure=True, sets=(SPEED,), speed=True),
+    Column("hfu", "HFU %", "hfu", "%", scale=100, digits=1, figure=True, speed=True),
     Column("note", "note", lambda df: df["note"] if "note" in df else pd.Series("", index=df.index)),
 ]
 
+DEFAULT_SET = PAPER
 
 
 # read at each use, so that a column added to COLUMNS (docs: extending/metric) is in every table
-def column(label: str) -> Column:
-    return next(c for c in COLUMNS if c.label == label)
+def by_key(key: str) -> Column:
+    return next(c for c in COLUMNS if c.key == key)
 
 
-def config_labels() -> list[str]:
-    return [c.label for c in COLUMNS if c.config]
+def set_names() -> list[str]:
+    return [*dict.fromkeys(s for c in COLUMNS for s in c.sets), "all"]
 
 
-def figure_labels() -> list[str]:
-    return [c.label for c in COLUMNS if c.figure]
+def select(choice: str) -> list[Column]:
+    """The columns of a named set (``paper``, ``speed``, ``memory``, ``accuracy``, ``idle``, ``all``)
+    or of a comma-separated list of keys, in the declared order; ValueError naming what exists."""
+    if choice == "all":
+        return [c for c in COLUMNS if c.key not in ("block", "note")]
+    if choice in set_names():
+        return [c for c in COLUMNS if choice in c.sets]
+    keys = [k.strip() for k in choice.split(",") if k.strip()]
+    unknown = [k for k in keys if k not in {c.key for c in COLUMNS}]
+    if unknown or not keys:
+        raise ValueError(f"--columns {choice}: {', '.join(unknown) or 'nothing'} is not a column set or key; "
+                         f"sets: {', '.join(set_names())}; keys: {', '.join(c.key for c in COLUMNS)}")
+    return [by_key(k) for k in keys]

@@ -1,82 +1,244 @@
-"""Paper figures from run records (matplotlib, written as PNG and PDF).
+"""Paper figures from run records (matplotlib; each written as PDF, vector, and PNG).
 
-- throughput against world size, one line per strategy;
-- peak memory per rank (stage), one group of bars per strategy;
-- accuracy and loss curves of every configuration (the mean of its seeds, with a 95% interval);
-- a per-rank pipeline timeline (Gantt chart of forward, backward,
-  communication and idle) from the events our runtime recorded for its last timed step;
-- the same chart for every strategy, baselines included, from the compute spans of
-  its profiled step (harness.metrics.meter: forward, backward and optimizer; gaps are idle).
+Every figure is drawn for a paper's page: 3.5 in wide (one column) or 7 in (both columns, for
+figures with many configurations), every text at 8 pt or more. A configuration (strategy,
+variant, workers) has one label, its strategy one colour and its variant one marker and one
+hatch, the same in every figure of a sweep (:class:`Styles`).
+
+- throughput against workers: the mean of repeats with its 95% interval; points whose speed the
+  record marks not comparable (workers sharing cores) hollow and never joined;
+- peak memory per rank: stacked bars of the breakdown at the rank's peak (parameters, gradients,
+  optimizer state, stashed weights, activations and the rest);
+- accuracy and loss against the step: the mean of seeds with a 95% band;
+- schedules: throughput against peak memory per rank, one point per pipeline configuration,
+  the Pareto front drawn;
+- per-rank timelines of one step: our runtime's actions, and every strategy's profiled compute.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterator
 
 import matplotlib
 import pandas as pd
 
 from harness.report.statistics import interval
+from harness.report.traces import chrome_trace
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-# GPU: a CUDA rank's kernels in its profiled step (the device's work is not split by action)
-# I, W: the input- and weight-gradient parts of a split backward (zero-bubble schedules)
-_COLORS = {"F": "#4C72B0", "B": "#DD8452", "I": "#E8A87C", "W": "#C44E52", "STEP": "#55A868", "RECV": "#C7C7C7",
-           "SEND": "#8172B3", "GPU": "#937860"}
-_LEGEND = ["forward", "backward", "backward: input grads", "backward: weight grads", "optimizer step",
-           "receive / idle", "send", "GPU kernels"]
+COLUMN_IN, PAGE_IN = 3.5, 7.0  # a paper's column and its two-column text width
+_RC = {"font.size": 8, "axes.titlesize": 8, "axes.labelsize": 8, "xtick.labelsize": 8, "ytick.labelsize": 8,
+       "legend.fontsize": 8, "legend.title_fontsize": 8, "figure.titlesize": 8, "pdf.fonttype": 42,
+       "axes.spines.top": False, "axes.spines.right": False, "lines.linewidth": 1.2, "lines.markersize": 4}
+
+# one colour per strategy (Okabe-Ito, distinguishable in grey and by colour-blind readers);
+# a strategy not listed takes the next unused colour
+_STRATEGY_COLORS = {"dp": "#000000", "hippie": "#D55E00", "ashpipe": "#0072B2", "pipelining": "#009E73",
+                    "deepspeed": "#CC79A7", "gpipe": "#E69F00"}
+_SPARE_COLORS = ["#56B4E9", "#F0E442", "#999999", "#8C564B"]
+_MARKERS = ["o", "s", "^", "D", "v", "P", "X", "<", ">", "*", "h"]
+_HATCHES = ["", "////", "\\\\\\\\", "xxx", "...", "---", "+++", "ooo", "|||", "**", "OO"]
+_WORKER_LINES = ["-", "--", ":", "-."]
+
+
+def config_key(record: dict) -> tuple[str, str, int]:
+    return (str(record.get("strategy")), record.get("variant") or "", int(record.get("world_size") or 0))
+
+
+def config_label(record: dict, workers: bool = True) -> str:
+    """'hippie (recompute=auto), w=2': the one label of a configuration in every figure (the
+    tables' strategy column, and the workers)."""
+    strategy, variant, w = config_key(record)
+    name = f"{strategy} ({variant})" if variant else strategy
+    return f"{name}, w={w}" if workers else name
+
+
+class Styles:
+    """Colour per strategy, marker and hatch per variant, line style per worker count: built from
+    all the records a sweep's figures draw, so that each figure agrees with the others."""
+
+    def __init__(self, records: list[dict]):
+        strategies = sorted({config_key(r)[0] for r in records})
+        spare = iter(_SPARE_COLORS * 4)
+        self.colors = {s: _STRATEGY_COLORS.get(s) or next(spare) for s in strategies}
+        variants = sorted({config_key(r)[1] for r in records} - {""})
+        self.variant_index = {"": 0, **{v: i + 1 for i, v in enumerate(variants)}}
+        sizes = sorted({config_key(r)[2] for r in records})
+        self.worker_lines = {w: _WORKER_LINES[i % len(_WORKER_LINES)] for i, w in enumerate(sizes)}
+
+    def color(self, record: dict) -> str:
+        return self.colors[config_key(record)[0]]
+
+    def marker(self, record: dict) -> str:
+        return _MARKERS[self.variant_index[config_key(record)[1]] % len(_MARKERS)]
+
+    def hatch(self, record: dict) -> str:
+        return _HATCHES[self.variant_index[config_key(record)[1]] % len(_HATCHES)]
+
+    def line(self, record: dict) -> str:
+        return self.worker_lines[config_key(record)[2]]
+
+
+@contextmanager
+def paper_style() -> Iterator[None]:
+    with plt.rc_context(_RC):
+        yield
 
 
 def save(fig, out_dir: str, name: str) -> list[str]:
     os.makedirs(out_dir, exist_ok=True)
     paths = []
-    for ext in ("png", "pdf"):
+    for ext in ("pdf", "png"):
         path = os.path.join(out_dir, f"{name}.{ext}")
-        fig.savefig(path, bbox_inches="tight", dpi=150)
+        fig.savefig(path, bbox_inches="tight", dpi=200)
         paths.append(path)
     plt.close(fig)
     return paths
 
 
+def _ok(records: list[dict], *fields: str) -> list[dict]:
+    return [r for r in records if r.get("status") == "ok" and all(r.get(f) for f in fields)]
+
+
+def _order(key: tuple[str, str, int]) -> tuple:
+    strategy, variant, w = key
+    known = list(_STRATEGY_COLORS)
+    return (known.index(strategy) if strategy in known else len(known), strategy, variant, w)
+
+
+def _by_config(records: list[dict]) -> dict[tuple, list[dict]]:
+    """Runs grouped by configuration (repeats and seeds together): DP first, then each strategy
+    by its variants and workers, the same order in every figure."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in records:
+        groups.setdefault(config_key(r), []).append(r)
+    return dict(sorted(groups.items(), key=lambda kv: _order(kv[0])))
+
+
+def _mean_and_half(values: list[float]) -> tuple[float, float]:
+    mean, half, _ = interval(pd.Series(values, dtype=float))
+    return mean, (0.0 if half != half else half)  # NaN (one run): no bar
+
+
+def _comparable(runs: list[dict]) -> bool:
+    return all(r.get("speed_comparable") is not False for r in runs)
+
+
+def _legend_below(fig, ax, handles=None, labels=None, ncol: int = 2) -> None:
+    handles, labels = (handles, labels) if handles is not None else ax.get_legend_handles_labels()
+    if handles:
+        fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=ncol, frameon=False,
+                   handlelength=2.2, columnspacing=1.0)
+
+
 def throughput_vs_workers(records: list[dict], out_dir: str) -> list[str]:
-    ok = [r for r in records if r.get("status") == "ok" and r.get("throughput")]
+    """Samples/s against workers, one line per strategy and variant."""
+    ok = _ok(records, "throughput")
     if not ok:
         return []
-    fig, ax = plt.subplots(figsize=(5, 3.5))
-    for strategy in sorted({r["strategy"] for r in ok}):
-        points = sorted((r["world_size"], r["throughput"]) for r in ok if r["strategy"] == strategy)
-        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=strategy)
-    ax.set_xlabel("workers")
-    ax.set_ylabel("throughput (samples/s)")
-    ax.set_xticks(sorted({r["world_size"] for r in ok}))
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    return save(fig, out_dir, "throughput_vs_workers")
+    styles = Styles(records)
+    lines: dict[tuple, list[tuple[int, list[dict]]]] = {}
+    for (strategy, variant, w), runs in _by_config(ok).items():
+        lines.setdefault((strategy, variant), []).append((w, runs))
+    with paper_style():
+        fig, ax = plt.subplots(figsize=(COLUMN_IN, 2.4))
+        hollow_seen = False
+        for points in lines.values():
+            points.sort(key=lambda p: p[0])
+            first = points[0][1][0]
+            style = dict(color=styles.color(first), marker=styles.marker(first), capsize=2, elinewidth=0.8)
+            joined = [(w, *_mean_and_half([r["throughput"] for r in runs])) for w, runs in points if _comparable(runs)]
+            apart = [(w, *_mean_and_half([r["throughput"] for r in runs])) for w, runs in points if not _comparable(runs)]
+            if joined:
+                ax.errorbar(*zip(*[(w, m) for w, m, _ in joined]), yerr=[h for _, _, h in joined], linestyle="-",
+                            label=config_label(first, workers=False), **style)
+            if apart:  # never joined: their speed is not the machine's
+                hollow_seen = True
+                ax.errorbar(*zip(*[(w, m) for w, m, _ in apart]), yerr=[h for _, _, h in apart], linestyle="none",
+                            markerfacecolor="white", label=None if joined else config_label(first, workers=False),
+                            **style)
+        sizes = sorted({config_key(r)[2] for r in ok})
+        if sizes[-1] >= 4 * max(sizes[0], 1):
+            ax.set_xscale("log", base=2)
+        ax.set_xticks(sizes, [str(s) for s in sizes])
+        ax.minorticks_off()
+        ax.set_xlabel("workers")
+        ax.set_ylabel("samples/s")
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+        handles, labels = ax.get_legend_handles_labels()
+        if hollow_seen:
+            handles.append(plt.Line2D([], [], color="grey", marker="o", markerfacecolor="white", linestyle="none"))
+            labels.append("hollow: speed not comparable")
+        _legend_below(fig, ax, handles, labels)
+        return save(fig, out_dir, "throughput_vs_workers")
+
+
+# the parts of a rank's peak the meter records, bottom to top; "other" is what no part claims:
+# activations kept for the backward, and the rest of the step's temporaries
+MEMORY_PARTS = {"parameters": "parameters", "gradients": "gradients", "optimizer_state": "optimizer state",
+                "stashed_weights": "stashed weights", "other": "activations and other"}
+_PART_COLORS = ["#4C72B0", "#DD8452", "#55A868", "#8172B3", "#BBBBBB"]
+
+
+def _rank_parts(record: dict) -> list[dict[str, float] | None]:
+    """Each rank's peak split into :data:`MEMORY_PARTS` (MiB), or None where the rank recorded no
+    split (then its bar is its peak alone)."""
+    out = []
+    for rank in record.get("per_rank") or []:
+        parts = rank.get("memory_breakdown")
+        out.append({k: (parts.get(k) or 0) / 2**20 for k in MEMORY_PARTS} if parts else None)
+    return out
 
 
 def memory_per_rank(records: list[dict], out_dir: str) -> list[str]:
-    ok = [r for r in records if r.get("status") == "ok" and r.get("peak_memory_per_rank")]
+    """One row of bars per configuration, one bar per rank, each rank's peak stacked by what held
+    it (the first run of a configuration: its repeats hold the same tensors)."""
+    ok = _ok(records, "peak_memory_per_rank")
     if not ok:
         return []
-    fig, ax = plt.subplots(figsize=(max(5, 0.9 * len(ok)), 3.5))
-    width = 0.8
-    for i, r in enumerate(ok):
-        peaks = [p or 0 for p in r["peak_memory_per_rank"]]
-        n = len(peaks)
-        for k, p in enumerate(peaks):
-            ax.bar(i - width / 2 + (k + 0.5) * width / n, p / 2**20, width / n, color=f"C{k % 10}",
-                   label=f"rank {k}" if i == 0 or k >= len(ok[0]["peak_memory_per_rank"]) else None)
-    ax.set_xticks(range(len(ok)))
-    ax.set_xticklabels([f"{r['strategy']}\nw={r['world_size']}" for r in ok], fontsize=8)
-    ax.set_ylabel("peak live memory (MiB)")
-    ax.legend(fontsize=7, ncol=2)
-    ax.grid(axis="y", alpha=0.3)
-    return save(fig, out_dir, "memory_per_rank")
+    styles = Styles(records)
+    configs = [runs[0] for runs in _by_config(ok).values()]
+    with paper_style():
+        fig, ax = plt.subplots(figsize=(COLUMN_IN if len(configs) <= 3 else PAGE_IN * 0.75,
+                                        0.9 + 0.28 * sum(len(r["peak_memory_per_rank"]) for r in configs) ** 0.5
+                                        * len(configs) ** 0.5))
+        plain_seen = False
+        for i, r in enumerate(configs):
+            peaks = [(p or 0) / 2**20 for p in r["peak_memory_per_rank"]]
+            parts = _rank_parts(r)
+            bar = 0.8 / len(peaks)
+            for k, peak in enumerate(peaks):
+                y = i - 0.4 + (k + 0.5) * bar
+                split = parts[k] if k < len(parts) else None
+                if split is None:
+                    plain_seen = True
+                    ax.barh(y, peak, bar * 0.9, color="white", edgecolor="#555555", hatch="....", lw=0.5)
+                    continue
+                left = 0.0
+                for color, key in zip(_PART_COLORS, MEMORY_PARTS):
+                    ax.barh(y, split[key], bar * 0.9, left=left, color=color, lw=0)
+                    left += split[key]
+        ax.set_yticks(range(len(configs)), [config_label(r) for r in configs])
+        for tick, r in zip(ax.get_yticklabels(), configs):
+            tick.set_color(styles.color(r))
+        ax.invert_yaxis()
+        ax.set_xlabel("peak memory per rank (MiB); one bar per rank, rank 0 on top")
+        ax.grid(axis="x", alpha=0.3)
+        handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in _PART_COLORS]
+        labels = list(MEMORY_PARTS.values())
+        if plain_seen:
+            handles.append(plt.Rectangle((0, 0), 1, 1, facecolor="white", edgecolor="#555555", hatch="...."))
+            labels.append("peak, not split")
+        _legend_below(fig, ax, handles, labels, ncol=3)
+        return save(fig, out_dir, "memory_per_rank")
 
 
 def _mean_curve(curves: list[list[tuple[float, float]]]) -> tuple[list, list, list]:
@@ -85,50 +247,115 @@ def _mean_curve(curves: list[list[tuple[float, float]]]) -> tuple[list, list, li
     at = [dict(c) for c in curves]
     means, halves = [], []
     for x in common:
-        mean, half, _ = interval(pd.Series([a[x] for a in at]))
+        mean, half = _mean_and_half([a[x] for a in at])
         means.append(mean)
-        halves.append(0.0 if half != half else half)  # NaN (one run): no band
+        halves.append(half)
     return common, means, halves
+
+
+def _smoothed(values: list[float], window: int) -> list[float]:
+    return list(pd.Series(values, dtype=float).rolling(window, min_periods=1).mean())
 
 
 def curves(records: list[dict], out_dir: str) -> list[str]:
     """Training loss and test accuracy against the step: one line per configuration, the mean of its
-    runs (seeds or repeats) with a shaded 95% interval where it ran more than once."""
-    ok = [r for r in records if r.get("status") == "ok" and r.get("loss_curve")]
+    runs (seeds or repeats) with a shaded 95% band where it ran more than once; one figure per
+    data set."""
+    ok = _ok(records, "loss_curve")
     data_sets = sorted({str(r.get("data")) for r in ok})
+    styles = Styles(records)
     paths = []
-    for data in data_sets:  # one figure per data set
+    for data in data_sets:
         runs = [r for r in ok if str(r.get("data")) == data]
-        paths += _curves_of(runs, out_dir, "curves" if len(data_sets) == 1 else f"curves_{data}")
+        paths += _curves_of(runs, styles, out_dir, "curves" if len(data_sets) == 1 else f"curves_{data}")
     return paths
 
 
-def _curves_of(records: list[dict], out_dir: str, name: str) -> list[str]:
-    groups: dict[str, list[dict]] = {}
-    for r in records:
-        variant = f" ({r['variant']})" if r.get("variant") else ""
-        groups.setdefault(f"{r['strategy']}{variant} w={r['world_size']}", []).append(r)
-    fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(12, 4))
-    fig.suptitle(f"{records[0].get('model')} on {records[0].get('data')}", fontsize=9)
-    for label, runs in groups.items():
-        shown = f"{label} x{len(runs)}" if len(runs) > 1 else label
-        steps, mean, half = _mean_curve([[(s, v) for s, v in r["loss_curve"]] for r in runs])
-        (line,) = ax_loss.plot(steps, mean, label=shown, lw=1)
-        ax_loss.fill_between(steps, [m - h for m, h in zip(mean, half)], [m + h for m, h in zip(mean, half)],
-                             color=line.get_color(), alpha=0.2, lw=0)
-        evaluated = [[(p["step"], 100 * p["accuracy"]) for p in r.get("accuracy_curve") or []
-                      if p.get("accuracy") is not None] for r in runs]
-        if all(evaluated):
-            steps, mean, half = _mean_curve(evaluated)
-            ax_acc.errorbar(steps, mean, yerr=half, marker=".", capsize=2, label=shown, color=line.get_color())
-    ax_loss.set_xlabel("step")
-    ax_loss.set_ylabel("training loss")
-    ax_acc.set_xlabel("step")
-    ax_acc.set_ylabel("test top-1 (%)")
-    for ax in (ax_loss, ax_acc):
+def _curves_of(records: list[dict], styles: Styles, out_dir: str, name: str) -> list[str]:
+    groups = _by_config(records)
+    steps_max = max(len(r["loss_curve"]) for r in records)
+    window = max(1, steps_max // 25)
+    with paper_style():
+        fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(PAGE_IN, 2.4))
+        for runs in groups.values():
+            first = runs[0]
+            label = config_label(first) + (f" (x{len(runs)})" if len(runs) > 1 else "")
+            style = dict(color=styles.color(first), linestyle=styles.line(first), marker=styles.marker(first))
+            steps, mean, half = _mean_curve([[(s, v) for s, v in r["loss_curve"]] for r in runs])
+            ax_loss.plot(steps, _smoothed(mean, window), label=label, markevery=max(1, len(steps) // 8), **style)
+            if any(half):
+                low, high = _smoothed([m - h for m, h in zip(mean, half)], window), _smoothed(
+                    [m + h for m, h in zip(mean, half)], window)
+                ax_loss.fill_between(steps, low, high, color=style["color"], alpha=0.15, lw=0)
+            evaluated = [[(p["step"], 100 * p["accuracy"]) for p in r.get("accuracy_curve") or []
+                          if p.get("accuracy") is not None] for r in runs]
+            if all(evaluated):
+                steps, mean, half = _mean_curve(evaluated)
+                ax_acc.plot(steps, mean, markevery=max(1, len(steps) // 8), **style)
+                if any(half):
+                    ax_acc.fill_between(steps, [m - h for m, h in zip(mean, half)], [m + h for m, h in zip(mean, half)],
+                                        color=style["color"], alpha=0.15, lw=0)
+        ax_loss.set_ylabel("training loss" + (f" ({window}-step mean)" if window > 1 else ""))
+        ax_acc.set_ylabel("test top-1 (%)")
+        for ax in (ax_loss, ax_acc):
+            ax.set_xlabel("step")
+            ax.grid(alpha=0.3)
+        first = records[0]
+        ax_loss.set_title(f"{first.get('model')} on {first.get('data')}", loc="left")
+        longest = max(len(label) for label in ax_loss.get_legend_handles_labels()[1])
+        _legend_below(fig, ax_loss, ncol=3 if longest <= 36 else 2)  # within the page's width at 8 pt
+        return save(fig, out_dir, name)
+
+
+def _pareto(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The points no other beats on both memory (lower) and throughput (higher), by memory."""
+    front, best = [], float("-inf")
+    for memory, speed in sorted(points, key=lambda p: (p[0], -p[1])):
+        if speed > best:
+            front.append((memory, speed))
+            best = speed
+    return front
+
+
+def schedules(records: list[dict], out_dir: str) -> list[str]:
+    """Samples/s against peak memory per rank, one point per pipeline configuration (more than one
+    stage; mean of repeats), with the Pareto front of the comparable ones at each worker count."""
+    ok = [r for r in _ok(records, "throughput", "peak_memory_bytes") if len(r.get("replicas") or []) > 1]
+    groups = _by_config(ok)
+    if len(groups) < 2:
+        return []
+    styles = Styles(records)
+    with paper_style():
+        fig, ax = plt.subplots(figsize=(COLUMN_IN, 2.6))
+        comparable: dict[int, list[tuple[float, float]]] = {}
+        for (_, _, w), runs in groups.items():
+            first = runs[0]
+            speed, half = _mean_and_half([r["throughput"] for r in runs])
+            memory = sum(r["peak_memory_bytes"] for r in runs) / len(runs) / 2**20
+            fair = _comparable(runs)
+            ax.errorbar(memory, speed, yerr=half, color=styles.color(first), marker=styles.marker(first), ms=5,
+                        capsize=2, linestyle="none", markerfacecolor=None if fair else "white", label=config_label(first))
+            if fair:
+                comparable.setdefault(w, []).append((memory, speed))
+        for w, points in sorted(comparable.items()):
+            front = _pareto(points)
+            if len(front) > 1:
+                ax.step(*zip(*front), where="post", color="grey", lw=0.8, linestyle="--", zorder=0,
+                        label=f"Pareto front, w={w}" if len(comparable) > 1 else "Pareto front")
+        ax.set_xlabel("peak memory per rank (MiB)")
+        ax.set_ylabel("samples/s")
         ax.grid(alpha=0.3)
-    ax_acc.legend(fontsize=6, loc="center left", bbox_to_anchor=(1.02, 0.5))
-    return save(fig, out_dir, name)
+        handles, labels = ax.get_legend_handles_labels()
+        ordered = sorted(zip(handles, labels), key=lambda hl: hl[1].startswith("Pareto"))  # the front last
+        _legend_below(fig, ax, [h for h, _ in ordered], [label for _, label in ordered], ncol=1)
+        return save(fig, out_dir, "schedules")
+
+
+# GPU: a CUDA rank's kernels in its profiled step (the device's work is not split by action)
+# I, W: the input- and weight-gradient parts of a split backward (zero-bubble schedules)
+_KINDS = {"F": ("#4C72B0", "forward"), "B": ("#DD8452", "backward"), "I": ("#E8A87C", "backward: input grads"),
+          "W": ("#C44E52", "backward: weight grads"), "STEP": ("#55A868", "optimizer step"),
+          "RECV": ("#C7C7C7", "receive / wait"), "SEND": ("#8172B3", "send"), "GPU": ("#937860", "GPU kernels")}
 
 
 def _kind(label: str) -> str:
@@ -145,44 +372,59 @@ def _stages(layout: dict) -> str:
     return f"stage {layout.get('stage', '?')}"
 
 
-def _run_name(record: dict) -> str:
+def run_name(record: dict) -> str:
+    """A file-name stem for one configuration: 'hippie_recompute-auto_w2'."""
     variant = re.sub(r"[^A-Za-z0-9]+", "-", record.get("variant") or "").strip("-")
     return f"{record.get('strategy')}{'_' + variant if variant else ''}_w{record.get('world_size')}"
 
 
-def timeline(record: dict, out_dir: str, name: str | None = None, key: str = "events") -> list[str]:
-    """Gantt chart of one step of every rank: ``events`` (our runtime's actions in its last timed
-    step) or ``profiled_spans`` (any strategy's compute in its profiled step)."""
-    rows = []  # (label, spans): a rank, or each stage of a process that drives several
+def timeline_rows(record: dict, key: str) -> list[tuple[str, list]]:
+    """(label, spans) of each row of a timeline: a rank, or each stage of a process that drives
+    several; ``key`` is ``events`` (our runtime's actions in its last timed step) or
+    ``profiled_spans`` (any strategy's compute in its profiled step)."""
+    rows = []
     for r in record.get("per_rank", []):
         if key == "profiled_spans" and r.get("stages"):
             rows += [(f"rank {r['rank']} (stage {j})", st["profiled_spans"]) for j, st in r["stages"].items()]
         elif r.get(key):
             rows.append((f"rank {r['rank']} ({_stages(r.get('layout', {}))})", r[key]))
+    return rows
+
+
+def timeline(record: dict, out_dir: str, name: str | None = None, key: str = "events") -> list[str]:
+    """Gantt chart of one step of every rank (see :func:`timeline_rows`)."""
+    rows = timeline_rows(record, key)
     if not rows:
         return []
-    fig, ax = plt.subplots(figsize=(9, 0.6 * len(rows) + 1.4))
     # event times are CLOCK_MONOTONIC seconds (profiled spans: epoch seconds), shared by the
     # ranks of one machine
     origin = min(start for _, spans in rows for _, start, _ in spans)
-    for row, (_, spans) in enumerate(rows):
-        for label, start, end in spans:
-            start, end = start - origin, end - origin
-            kind = _kind(label)
-            ax.barh(row, max(end - start, 1e-5) * 1e3, left=start * 1e3, color=_COLORS[kind], edgecolor="white", lw=0.3)
-            if kind in ("F", "B", "I", "W") and end - start > 0.004:
-                ax.text((start + end) / 2 * 1e3, row, label.rstrip("*"), ha="center", va="center", fontsize=6)
-    ax.set_yticks(range(len(rows)))
-    ax.set_yticklabels([label for label, _ in rows], fontsize=8)
-    ax.invert_yaxis()
-    ax.set_xlabel("time in the step (ms)")
-    what = "waiting (grey), sends" if key == "events" else "idle (blank), profiled step"
-    ax.set_title(f"{record.get('strategy')} w={record.get('world_size')}: forward, backward, optimizer, {what}",
-                 fontsize=9)
-    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in _COLORS.values()]
-    ax.legend(handles, _LEGEND, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.35), ncol=4, frameon=False)
-    prefix = "timeline" if key == "events" else "timeline_profiled"
-    return save(fig, out_dir, name or f"{prefix}_{_run_name(record)}")
+    makespan = max(end for _, spans in rows for _, _, end in spans) - origin
+    with paper_style():
+        fig, ax = plt.subplots(figsize=(PAGE_IN, 0.3 * len(rows) + 0.9))
+        points_per_s = PAGE_IN * 0.8 * 72 / max(makespan, 1e-9)  # the axis is about 80% of the width
+        kinds = []
+        for row, (_, spans) in enumerate(rows):
+            for label, start, end in spans:
+                start, end = start - origin, end - origin
+                kind = _kind(label)
+                kinds.append(kind)
+                ax.barh(row, max(end - start, 1e-5) * 1e3, left=start * 1e3, color=_KINDS[kind][0], edgecolor="white",
+                        lw=0.3)
+                text = label.rstrip("*")
+                # a label only where it fits in its bar at 8 pt (about 5 pt per character)
+                if kind in ("F", "B", "I", "W") and (end - start) * points_per_s > 5 * len(text) + 2:
+                    ax.text((start + end) / 2 * 1e3, row, text, ha="center", va="center")
+        ax.set_yticks(range(len(rows)), [label for label, _ in rows])
+        ax.invert_yaxis()
+        ax.set_xlabel("time in the step (ms)")
+        what = "our runtime's actions, last timed step" if key == "events" else "profiled step, blank: idle"
+        ax.set_title(f"{config_label(record)}: {what}", loc="left")
+        shown = [k for k in _KINDS if k in kinds]
+        handles = [plt.Rectangle((0, 0), 1, 1, color=_KINDS[k][0]) for k in shown]
+        _legend_below(fig, ax, handles, [_KINDS[k][1] for k in shown], ncol=min(4, len(shown)))
+        prefix = "timeline" if key == "events" else "timeline_profiled"
+        return save(fig, out_dir, name or f"{prefix}_{run_name(record)}")
 
 
 def timelines(records: list[dict], out_dir: str) -> list[str]:
@@ -191,6 +433,19 @@ def timelines(records: list[dict], out_dir: str) -> list[str]:
     for r in records:
         if r.get("status") == "ok":
             paths += timeline(r, out_dir) + timeline(r, out_dir, key="profiled_spans")
+    return paths
+
+
+def traces(records: list[dict], out_dir: str) -> list[str]:
+    """Each run's step as a Chrome trace for Perfetto (harness.report.traces), beside its timelines."""
+    paths = []
+    for r in records:
+        trace = chrome_trace(r) if r.get("status") == "ok" else None
+        if trace:
+            os.makedirs(out_dir, exist_ok=True)
+            paths.append(os.path.join(out_dir, f"trace_{run_name(r)}.json"))
+            with open(paths[-1], "w") as f:
+                json.dump(trace, f, separators=(",", ":"))
     return paths
 
 
@@ -203,11 +458,17 @@ class Figure:
 
 # every figure the results command and a sweep draw, in order; adding one is one entry (docs: extending/figure)
 FIGURES: list[Figure] = [
-    Figure("throughput_vs_workers", "throughput against world size, one line per strategy", throughput_vs_workers),
-    Figure("memory_per_rank", "peak memory of each rank, one group of bars per run", memory_per_rank),
+    Figure("throughput_vs_workers", "samples/s against workers, mean and 95% interval of repeats; hollow: speed "
+           "not comparable", throughput_vs_workers),
+    Figure("memory_per_rank", "each rank's peak memory, stacked by parameters, gradients, optimizer state, stashed "
+           "weights, activations and the rest", memory_per_rank),
     Figure("curves", "training loss and test accuracy against the step, mean and 95% band per configuration",
            curves),
+    Figure("schedules", "samples/s against peak memory per rank, one point per pipeline configuration, with the "
+           "Pareto front", schedules),
     Figure("timelines", "each run's per-rank timeline of one step (actions, and profiled compute)", timelines),
+    Figure("traces", "each run's step as a Chrome trace (JSON) for Perfetto: ranks, their idle time, and the "
+           "simulator's replay", traces),
 ]
 
 

@@ -1,7 +1,7 @@
 """One record per run: metrics.json in the run's output directory.
 
 The local file is the source of truth; wandb is a mirror of it (see
-harness.report.wandb_mirror). Writes are atomic (temporary file, fsync, rename), so a
+harness.report.wandb_run). Writes are atomic (temporary file, fsync, rename), so a
 crash never leaves half a record.
 """
 

@@ -1,4 +1,4 @@
-"""Comparison tables from run records (``python -m harness.results`` prints them).
+"""Comparison tables from run records (``pipebench results`` prints them).
 
 A source is a sweep or run directory (every ``metrics.json`` below it), a
 ``metrics.json`` file, a wandb offline run folder (the record is saved in its
@@ -16,19 +16,26 @@ confidence interval (Student's t) and the number of runs; time to target follows
 MLPerf's rule (of five runs the fastest and the slowest are dropped), and beside it the steps
 to target (the first evaluated step at or above ``train.target_accuracy``, which does not
 depend on the machine's speed) and how many runs reached the target at all.
+
+A table shows a named set of the declared columns (:mod:`harness.report.columns`); a
+column that identifies runs but is the same in every row moves into the caption, the sweep's
+blocks become sections, and notes become footnotes. The CSV keeps every identifying column
+in every row, for programs.
 """
 
 from __future__ import annotations
 
 import glob
 import json
+import numbers
 import os
 import sys
+from dataclasses import dataclass, field
 
 import pandas as pd
 
 from harness.report import columns
-from harness.report.columns import column, config_labels, figure_labels
+from harness.report.columns import Column
 from harness.report.environment import environment
 from harness.report.figures import all_figures
 from harness.report.record import RECORD_FILE, read
@@ -41,6 +48,10 @@ REFERENCE_STRATEGY = "dp"
 # the device is "cpu", "cuda" or "simulated:<cluster>": simulated rows compare with simulated DP
 # (and precision: a bf16 run's speedup is over DP in bf16)
 GROUP_KEYS = ["model", "data", "world_size", "global_batch", "device", "precision"]
+MEMORY_PARTS = ("parameters", "gradients", "optimizer_state", "stashed_weights", "other")
+IDLE_PARTS = ("compute", "peer_wait", "collective", "exposed_comm", "host")
+
+
 def _fields() -> list[str]:
     """The record fields a table reads: the declared columns' own, and what the comparison itself uses."""
     return sorted({c.source for c in columns.COLUMNS if isinstance(c.source, str)}
@@ -131,8 +142,18 @@ def layout_text(record: dict) -> str:
     return f"{text} cut {boundaries}".strip() if boundaries else text
 
 
+def peak_rank_memory(record: dict) -> dict:
+    """The measured memory breakdown of the rank with the highest peak (``memory_<part>`` bytes)."""
+    ranks = [r for r in record.get("per_rank") or [] if r.get("memory_breakdown") and r.get("peak_memory_bytes")]
+    if not ranks:
+        return {}
+    parts = max(ranks, key=lambda r: r["peak_memory_bytes"])["memory_breakdown"]
+    return {f"memory_{p}": parts.get(p) for p in MEMORY_PARTS}
+
+
 def to_frame(records: list[dict]) -> pd.DataFrame:
     rows = [{**{k: v for k, v in r.items() if not isinstance(v, (dict, list)) or k == "peak_memory_per_rank"},
+             **peak_rank_memory(r), **{f"idle_{k}": v for k, v in (r.get("idle_breakdown") or {}).items()},
              "layout": layout_text(r), "configuration": configuration_id(r), "steps_to_target": steps_to_target(r)}
             for r in records]
     df = pd.DataFrame(rows)
@@ -170,7 +191,8 @@ def comparison(df: pd.DataFrame) -> pd.DataFrame:
         speedup = df.loc[sel, "throughput"].astype(float) / dp_tp
         df.loc[sel, "speedup"] = speedup
         df.loc[sel, "me"] = speedup / (df.loc[sel, "peak_memory_bytes"].astype(float) / dp_mem)
-    df.loc[df["status"] != "ok", "note"] = df.loc[df["status"] != "ok", "error"].fillna("failed")
+    failed = df["status"] != "ok"
+    df.loc[failed, "note"] = ("failed: " + df.loc[failed, "error"].fillna("no error recorded")).to_numpy()
     simulated = df["simulated"] == True  # noqa: E712
     df.loc[simulated, "note"] = ("simulated; " + df.loc[simulated, "note"].fillna("")).str.rstrip("; ")
     crowded = (df["speed_comparable"] == False) & ok  # noqa: E712
@@ -187,92 +209,262 @@ def comparison(df: pd.DataFrame) -> pd.DataFrame:
     return df.drop(columns="_block_order").reset_index(drop=True)
 
 
-def presentable(df: pd.DataFrame) -> pd.DataFrame:
-    """Every declared column (:mod:`harness.report.columns`) in its unit, one row per run."""
-    table = pd.DataFrame({c.label: c.values(df) for c in columns.COLUMNS})
-    table["configuration"] = df["configuration"]
-    return table if (table["block"] != "").any() else table.drop(columns="block")
+# -- the table ----------------------------------------------------------------
+
+# only where a configuration ran more than once: how many of its runs succeeded, how many reached the target
+RUNS = Column("runs", "runs", "runs")
+REACHED = Column("reached_target", "reached target", "reached_target")
+_SUPERSCRIPT = str.maketrans("0123456789", "⁰¹²³⁴⁵⁶⁷⁸⁹")
 
 
-def aggregated(table: pd.DataFrame) -> pd.DataFrame:
-    """One row per configuration run several times (seeds or repeats): for every figure its mean
-    and the half-width of its 95% confidence interval (``<figure> ±95%``), and the runs counted."""
+@dataclass
+class Table:
+    """A comparison ready to print: one row per run, or per configuration where any ran more than
+    once (figures as means, their 95% half-widths in ``<key> ci95``)."""
+
+    rows: pd.DataFrame  # by column key, each value in its column's unit
+    shown: list[Column]  # the columns people read: the chosen set and the identifying ones that vary
+    every: list[Column]  # the columns of the CSV: the chosen set and every identifying one
+    caption: list[str]  # the identifying columns that are the same in every row ("model vit_micro", ...)
+    repeated: bool
+    bold: set[tuple[int, str]] = field(default_factory=set)  # (row, key) of each group's unique best
+
+    @property
+    def blocks(self) -> list[str]:
+        """The sweep's blocks in order, where it has more than one (each is a section)."""
+        names = list(dict.fromkeys(self.rows["block"]))
+        return names if len(names) > 1 else []
+
+    def notes(self) -> dict[str, int]:
+        """Each distinct note, numbered from 1 in the order of the rows."""
+        return {n: i + 1 for i, n in enumerate(dict.fromkeys(n for n in self.rows["note"] if n))}
+
+    def caption_text(self) -> str:
+        parts = list(self.caption)
+        if len(set(self.rows["block"])) == 1 and self.rows["block"].iloc[0]:
+            parts.insert(0, f"block {self.rows['block'].iloc[0]}")
+        text = "; ".join(parts)
+        keys = {c.key for c in self.shown}
+        if keys & {"speedup", "me"}:
+            text += ". Speedup and ME against DP with the same model, data, workers, batch, device and precision"
+        if "peak_memory" in keys:
+            text += "; peak memory is the largest over ranks"
+        if self.repeated:
+            text += "; mean ± half-width of the 95% interval over each configuration's runs"
+        return text + "."
+
+
+def build(df: pd.DataFrame, choice: str = columns.DEFAULT_SET) -> Table:
+    """The comparison of the runs in ``df`` (:func:`to_frame`) as a table of the column set or keys
+    ``choice``; ValueError for an unknown set or key."""
+    chosen = columns.select(choice)
+    cmp = comparison(df)
+    runs = pd.DataFrame({c.key: c.values(cmp) for c in columns.COLUMNS}, index=cmp.index)
+    runs["configuration"] = cmp["configuration"]
+    runs["_comparable"] = (cmp["speed_comparable"] != False).to_numpy()  # noqa: E712
+    runs["_group"] = [json.dumps(g, default=str) for g in zip(cmp["block"], *(cmp[k] for k in GROUP_KEYS))]
+    repeated = bool(runs["configuration"].duplicated().any())
+    rows = _aggregated(runs) if repeated else runs.reset_index(drop=True)
+
+    identifying = [c for c in columns.COLUMNS if (c.config or c.key in ("seed", "status")) and c.key != "block"]
+    extra = [RUNS] if repeated else []
+    if repeated and any(c.key == "steps_to_target" for c in chosen):
+        extra.append(REACHED)
+    context = [c for c in identifying + [RUNS] * repeated if c not in chosen and c.key != "status"]
+    varying = [c for c in context if rows[c.key].astype(str).nunique() > 1]
+    caption = [f"{c.label} {_plain(rows[c.key].iloc[0])}" for c in context
+               if c not in varying and _plain(rows[c.key].iloc[0]) not in ("", "–")]
+    shown = [c for c in columns.COLUMNS if c in chosen or c in varying] + \
+        [c for c in extra if c in varying or c not in context]
+    every = [c for c in columns.COLUMNS if c in chosen or c in identifying] + extra
+    table = Table(rows, shown, every, caption, repeated)
+    table.bold = _best(table)
+    return table
+
+
+def _aggregated(runs: pd.DataFrame) -> pd.DataFrame:
+    """One row per configuration: its identifying values, and per figure the mean of its successful
+    runs and the half-width of the 95% interval (``<key> ci95``)."""
     out = []
-    for _, group in table.groupby("configuration", sort=False):
-        row = {k: group[k].iloc[0] for k in config_labels() if k in group}
+    for _, group in runs.groupby("configuration", sort=False):
+        row = {c.key: group[c.key].iloc[0] for c in columns.COLUMNS if c.config}
+        row.update({k: group[k].iloc[0] for k in ("_comparable", "_group", "configuration")})
         ok = group[group["status"] == "ok"]
+        row["status"] = "ok" if len(ok) == len(group) else "failed"
+        row["seed"] = ",".join(sorted({str(s) for s in group["seed"].dropna()}, key=lambda s: (len(s), s)))
         row["runs"] = f"{len(ok)}/{len(group)} ok"
         # the times to target average the runs that reached it: say how many did
-        row["reached target"] = f"{ok['steps to target'].notna().sum()}/{len(ok)}"
-        for col in figure_labels():
-            values = mlperf_times(ok[col]) if col == "s to target" else ok[col]
-            row[col], row[f"{col} ±95%"], _ = interval(values)
+        row["reached_target"] = f"{ok['steps_to_target'].notna().sum()}/{len(ok)}"
+        for c in columns.COLUMNS:
+            if c.figure:
+                values = mlperf_times(ok[c.key]) if c.key == "time_to_target" else ok[c.key]
+                mean, half, _ = interval(values)
+                row[c.key], row[f"{c.key} ci95"] = (mean, half) if c.digits is None else \
+                    (round(mean, c.digits), round(half, c.digits))
         row["note"] = "; ".join(sorted({n for n in group["note"] if n}))
         out.append(row)
     return pd.DataFrame(out)
 
 
-def _with_intervals(table: pd.DataFrame) -> pd.DataFrame:
-    """``mean ± half-width`` in one cell per figure, for tables read by people (Markdown, LaTeX)."""
-    shown = table.copy()
-    for col in figure_labels():
-        half = f"{col} ±95%"
-        if half in shown:
-            shown[col] = [("–" if pd.isna(m) else f"{m:.4g}" if pd.isna(h) else f"{m:.4g} ± {h:.2g}")
-                          for m, h in zip(shown[col], shown.pop(half))]
-    return shown
+def _best(table: Table) -> set[tuple[int, str]]:
+    """Per group, the cells of a column with a better direction holding its unique best value,
+    among the successful runs (and, for speed figures, the runs whose speed is comparable); with
+    repeats, only where its 95% interval does not overlap the runner-up's (a best that the
+    noise could reverse is not set apart)."""
+    bold = set()
+    rows = table.rows
+    for c in table.shown:
+        if not c.better:
+            continue
+        values = pd.to_numeric(rows[c.key], errors="coerce")
+        eligible = (rows["status"] == "ok") & values.notna() & (rows["_comparable"] | (not c.speed))
+        for _, idx in rows[eligible].groupby("_group").groups.items():
+            group = values.loc[idx]
+            if len(group) < 2:
+                continue
+            ranked = group.sort_values(ascending=c.better != "higher")
+            (first, best), (second, runner_up) = list(ranked.items())[:2]
+            if best == runner_up:
+                continue
+            halves = rows[f"{c.key} ci95"].fillna(0.0) if f"{c.key} ci95" in rows else pd.Series(0.0, rows.index)
+            if abs(best - runner_up) > halves.loc[first] + halves.loc[second]:
+                bold.add((first, c.key))
+    return bold
 
 
-def _latex(table: pd.DataFrame) -> str:
-    """booktabs table, the best value of each figure column in bold (within each group)."""
-    shown = table.drop(columns=["note"]).copy()
-    bold = pd.DataFrame(False, index=shown.index, columns=shown.columns)
-    for _, idx in shown.groupby(["model", "data", "workers", "batch", "device", "precision"], dropna=False).groups.items():
-        for col in (c.label for c in columns.COLUMNS if c.better):
-            vals = pd.to_numeric(shown.loc[idx, col], errors="coerce")
-            if vals.notna().sum() > 1:
-                best = vals.max() if column(col).better == "higher" else vals.min()
-                bold.loc[idx, col] = vals == best
-    cells = shown.astype(object).where(shown.notna(), "--")
-    for col in figure_labels():
-        cells[col] = [f"{v:.4g}" if isinstance(v, float) else v for v in cells[col]]
-    cells = cells.astype(str).map(lambda s: s.replace("_", r"\_").replace("%", r"\%").replace("±", r"$\pm$"))
-    cells = cells.where(~bold, "\\textbf{" + cells + "}")
-    cells.columns = [c.replace("%", r"\%") for c in cells.columns]
-    return cells.style.hide(axis="index").to_latex(hrules=True, column_format="l" * len(cells.columns))
+def _plain(value) -> str:
+    if value is None or (isinstance(value, float) and value != value):
+        return "–"
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def render(df: pd.DataFrame, fmt: str) -> str:
-    table = comparison_table(df)
-    if fmt != "csv" and any(f"{col} ±95%" in table for col in figure_labels()):
-        table = _with_intervals(table)
+def _cell(table: Table, i: int, c: Column) -> str:
+    half = table.rows.at[i, f"{c.key} ci95"] if f"{c.key} ci95" in table.rows else None
+    return c.text(table.rows.at[i, c.key], half)
+
+
+def _numeric(table: Table, c: Column) -> bool:
+    values = table.rows[c.key].dropna()
+    return c.figure or (len(values) > 0 and all(isinstance(v, numbers.Real) and not isinstance(v, bool)
+                                                 for v in values))
+
+
+def _sections(table: Table) -> list[tuple[str, list[int]]]:
+    """(block, its rows) in order; one untitled section without blocks."""
+    if not table.blocks:
+        return [("", list(table.rows.index))]
+    return [(b, list(table.rows.index[table.rows["block"] == b])) for b in table.blocks]
+
+
+def to_markdown(table: Table) -> str:
+    notes = table.notes()
+    header = [c.label for c in table.shown]
+    align = ["right" if _numeric(table, c) else "left" for c in table.shown]
+    parts = [f"*{table.caption_text()}*"]
+    for block, idx in _sections(table):
+        cells = []
+        for i in idx:
+            row = [_cell(table, i, c) for c in table.shown]
+            row = [f"**{v}**" if (i, c.key) in table.bold else v for v, c in zip(row, table.shown)]
+            note = table.rows.at[i, "note"]
+            if note:
+                row[0] += str(notes[note]).translate(_SUPERSCRIPT)
+            cells.append(row)
+        grid = pd.DataFrame(cells, columns=header).to_markdown(index=False, colalign=align, disable_numparse=True)
+        parts += [f"**{block}**\n\n{grid}" if block else grid]
+    if notes:
+        parts.append("\n".join(f"{str(n).translate(_SUPERSCRIPT)} {text}  " for text, n in notes.items()).rstrip())
+    return "\n\n".join(parts)
+
+
+def to_csv(table: Table) -> str:
+    return frame_for_programs(table).to_csv(index=False)
+
+
+def frame_for_programs(table: Table) -> pd.DataFrame:
+    """Every identifying column and the chosen figures, numeric, under snake_case headers with units."""
+    out = {}
+    if table.blocks:
+        out["block"] = table.rows["block"]
+    for c in table.every:
+        out[c.csv_header] = table.rows[c.key]
+        if f"{c.key} ci95" in table.rows and c.figure:
+            out[f"{c.csv_header}_ci95"] = table.rows[f"{c.key} ci95"]
+    out["note"] = table.rows["note"]
+    return pd.DataFrame(out)
+
+
+_LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+                  "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "–": "--",
+                  "±": r"$\pm$", "≥": r"$\geq$", "×": r"$\times$"}
+
+
+def escape_tex(text: str) -> str:
+    return "".join(_LATEX_SPECIAL.get(ch, ch) for ch in str(text))
+
+
+def to_latex(table: Table, name: str = "results") -> str:
+    """A booktabs ``table`` float: caption and label, numbers right-aligned, blocks as sections,
+    notes under the rule; needs ``\\usepackage{booktabs}``."""
+    notes = table.notes()
+    n = len(table.shown)
+    spec = "".join("r" if _numeric(table, c) else "l" for c in table.shown)
+    lines = [r"\begin{table}[t]", r"\centering", r"\small", rf"\caption{{{escape_tex(table.caption_text())}}}",
+             rf"\label{{tab:{''.join(ch if ch.isalnum() else '-' for ch in name)}}}",
+             rf"\begin{{tabular}}{{{spec}}}", r"\toprule",
+             " & ".join(escape_tex(c.label) for c in table.shown) + r" \\"]
+    for block, idx in _sections(table):
+        lines.append(r"\midrule")
+        if block:
+            lines.append(rf"\multicolumn{{{n}}}{{l}}{{\textit{{{escape_tex(block)}}}}} \\")
+        for i in idx:
+            cells = [escape_tex(_cell(table, i, c)) for c in table.shown]
+            cells = [rf"\textbf{{{v}}}" if (i, c.key) in table.bold else v for v, c in zip(cells, table.shown)]
+            note = table.rows.at[i, "note"]
+            if note:
+                cells[0] += rf"\textsuperscript{{{notes[note]}}}"
+            lines.append(" & ".join(cells) + r" \\")
+    lines += [r"\bottomrule", r"\end{tabular}"]
+    if notes:
+        lines.append(r"\par\smallskip\footnotesize")
+        lines += [rf"\textsuperscript{{{k}}}\,{escape_tex(text)}\\" for text, k in notes.items()]
+    lines.append(r"\end{table}")
+    return "\n".join(lines)
+
+
+FORMATS = {"md": "md", "csv": "csv", "latex": "tex"}  # format -> file extension
+
+
+def render(df: pd.DataFrame, fmt: str, choice: str = columns.DEFAULT_SET, name: str = "results") -> str:
+    table = build(df, choice)
     if fmt == "md":
-        return table.astype(object).where(table.notna(), None).to_markdown(index=False, floatfmt="g", missingval="–")
+        return to_markdown(table)
     if fmt == "csv":
-        return table.to_csv(index=False)
+        return to_csv(table).rstrip("\n")
     if fmt == "latex":
-        return _latex(table)
-    raise ValueError(f"unknown format {fmt}; use md, csv or latex")
+        return to_latex(table, name)
+    raise ValueError(f"unknown format {fmt}; use {', '.join(FORMATS)}")
 
 
-def comparison_table(df: pd.DataFrame) -> pd.DataFrame:
-    """The comparison, one row per run, or per configuration with intervals where any ran several
-    times (seeds or repeats); numeric columns stay numeric."""
-    table = presentable(comparison(df))
-    if table["configuration"].duplicated().any():
-        table = aggregated(table)
-    return table.drop(columns=["configuration"], errors="ignore")
-
-
-def write_outputs(sources: list[str], out_dir: str) -> tuple[str, list[str]]:
-    """Tables (md, csv, tex) and figures for ``sources`` into ``out_dir``; returns the Markdown table."""
-    records = load_raw(sources)
+def write_outputs(sources: list[str] | list[dict], out_dir: str, choice: str = columns.DEFAULT_SET,
+                  machine: bool = False, figures: bool = True) -> tuple[str, list[str]]:
+    """Tables (md, csv, tex) and figures for ``sources`` (or records already read) into ``out_dir``
+    (and, at a sweep's end, this machine's description); returns the Markdown table and the files
+    written. The LaTeX label is the folder's name."""
+    records = sources if sources and isinstance(sources[0], dict) else load_raw(sources)
     df = to_frame(records)
     os.makedirs(out_dir, exist_ok=True)
-    tables = {fmt: render(df, fmt) for fmt in ("md", "csv", "latex")}
-    for fmt, ext in (("md", "md"), ("csv", "csv"), ("latex", "tex")):
-        with open(os.path.join(out_dir, f"results.{ext}"), "w") as f:
+    name = os.path.basename(os.path.normpath(out_dir))
+    tables = {fmt: render(df, fmt, choice, name) for fmt in FORMATS}
+    written = []
+    for fmt, ext in FORMATS.items():
+        path = os.path.join(out_dir, f"results.{ext}")
+        with open(path, "w") as f:
             f.write(tables[fmt] + "\n")
-    with open(os.path.join(out_dir, "machine.json"), "w") as f:
-        json.dump(environment(), f, indent=1)
-    return tables["md"], all_figures(records, os.path.join(out_dir, "figures"))
+        written.append(path)
+    if machine:
+        with open(os.path.join(out_dir, "machine.json"), "w") as f:
+            json.dump(environment(), f, indent=1)
+    if figures:
+        written += all_figures(records, os.path.join(out_dir, "figures"))
+    return tables["md"], written

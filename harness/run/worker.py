@@ -27,7 +27,8 @@ from harness.metrics.derive import job_figures
 from harness.metrics.flops import device_peak
 from harness.metrics.meter import StepMeter, peak_rss_bytes, track_cpu_allocations
 from harness.run import preemption
-from harness.run.progress import StepProgress
+from harness.core.training import lr_factor
+from harness.run.progress import StepLog
 
 
 def train(spec: RunSpec, ctx: comm_mod.DistContext, progress: bool = True, local_world: int = 1) -> dict | None:
@@ -60,8 +61,8 @@ def train(spec: RunSpec, ctx: comm_mod.DistContext, progress: bool = True, local
         first_step, history = _resume(strategy, t.resume, ctx)
     loss_shares, curve, reached_target_s = history["loss_shares"], history["curve"], history["reached_target_s"]
     train_start = time.perf_counter() - history["elapsed_s"]  # time between a stop and its resumption left out
-    bar = StepProgress(steps, t.global_batch, enabled=progress and ctx.is_main, label=spec.strategy.name,
-                       initial=first_step)
+    rate = lr_factor(t, steps)
+    log = StepLog(spec, ctx, first_step, lambda k: t.lr * rate(k), bar=progress)
     stopped_at = None  # the step after which a preemption stopped the run (harness.run.preemption)
     for step in range(first_step, steps):
         _inject_fault(spec, ctx.rank, step)
@@ -80,7 +81,7 @@ def train(spec: RunSpec, ctx: comm_mod.DistContext, progress: bool = True, local
                 step_times.append(dt)
                 timed.append(step - first_step)  # this process's call, as step_stats counts them
         loss_shares.append(float(loss))  # on the device until now: read once per step, after it
-        bar.update(dt)
+        log.step(step, loss_shares[-1], dt)
         history.update(elapsed_s=time.perf_counter() - train_start, reached_target_s=reached_target_s)
         saved = bool(t.checkpoint_every and ((step + 1) % t.checkpoint_every == 0 or step + 1 == steps))
         if saved:
@@ -94,16 +95,19 @@ def train(spec: RunSpec, ctx: comm_mod.DistContext, progress: bool = True, local
             point = _evaluate(strategy, dataset, spec, ctx)
             point.update(step=step + 1, elapsed_s=time.perf_counter() - train_start)
             curve.append(point)
+            log.evaluated(point)
             if reached_target_s is None and point["accuracy"] >= t.target_accuracy:
                 reached_target_s = point["elapsed_s"]
     strategy.finish_training()
     train_time = time.perf_counter() - train_start
-    bar.close()
+    log.close()
 
     # a preempted run spends its grace time on the checkpoint, not on evaluating
     final = _evaluate(strategy, dataset, spec, ctx) if stopped_at is None else {"accuracy": None, "loss": None}
     final.update(step=stopped_at or steps, elapsed_s=train_time)
     curve.append(final)
+    if stopped_at is None:
+        log.evaluated(final)
     if reached_target_s is None and stopped_at is None and final["accuracy"] >= t.target_accuracy:
         reached_target_s = train_time
 

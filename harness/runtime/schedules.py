@@ -178,17 +178,15 @@ def backward_part(action: sch.Action) -> float:
     return 0.5
 
 
-def replayed_bubble(schedules: Lists, busy: list[dict[str, float]], placement: list[int] | None = None) -> float | None:
-    """The idle fraction of ``schedules`` replayed with the time each list (a stage, or a rank
-    holding several) spent computing in a profiled step, transfers free: the bubble the schedule
-    itself leaves a run whose stages take these times. A run's measured idle above it is what
-    the replay leaves out (transfers, waiting on peers, per-action overhead).
+def replayed_timeline(schedules: Lists, busy: list[dict[str, float]], placement: list[int] | None = None
+                      ) -> sch.Timeline:
+    """``schedules`` replayed with the time each list (a stage, or a rank holding several) spent
+    computing in a profiled step, transfers free.
 
     ``busy[lane]`` holds the measured seconds of each kind of work (``F``, ``B``, ``STEP``, and
     ``I`` and ``W`` where a split backward's parts were timed apart); each kind's time is shared
     among the lane's actions of that kind, a backward's parts by the share of the backward each
-    computes (one pool for all backward actions where the parts were not timed apart). The
-    optimizer step counts as work, as it does in the measured figure."""
+    computes (one pool for all backward actions where the parts were not timed apart)."""
     backward = (sch.BWD, sch.BWD_I, sch.BWD_W)
 
     def weight(a: sch.Action) -> float:
@@ -203,10 +201,21 @@ def replayed_bubble(schedules: Lists, busy: list[dict[str, float]], placement: l
             totals[pool[a.op]] = totals.get(pool[a.op], 0.0) + weight(a)
         unit = {op: spent.get(op, 0.0) / total for op, total in totals.items() if total > 0}
         per_action.append({op: unit.get(kind, 0.0) for op, kind in pool.items()})
-    timeline = sch.replay(schedules, lambda p, a: per_action[p].get(a.op, 0.0) * weight(a), placement=placement)
+    return sch.replay(schedules, lambda p, a: per_action[p].get(a.op, 0.0) * weight(a), placement=placement)
+
+
+def replayed_bubble(schedules: Lists, busy: list[dict[str, float]], placement: list[int] | None = None) -> float | None:
+    """The idle fraction of ``schedules`` replayed as :func:`replayed_timeline` does."""
+    return timeline_bubble(replayed_timeline(schedules, busy, placement), len(schedules))
+
+
+def timeline_bubble(timeline: sch.Timeline, lanes: int) -> float | None:
+    """The idle fraction of a replayed timeline of ``lanes`` lists: the bubble the schedule itself
+    leaves a run whose stages take the measured times. A run's measured idle above it is what the
+    replay leaves out (transfers, waiting on peers, per-action overhead). The optimizer step counts
+    as work, as it does in the measured figure."""
     if timeline.makespan <= 0:
         return None
-    lanes = len(schedules)
     work = (sch.STEP, *sch.COMPUTE)
     done = sum(e.end - e.start for p in range(lanes) for e in timeline.stage_events(p) if e.action.op in work)
     return 1 - done / (lanes * timeline.makespan)

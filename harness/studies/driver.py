@@ -4,7 +4,7 @@ recorded through the record module, and write the study's tables.
 
 Repeats are interleaved in time (every configuration once, then again, ...), so a shared
 machine's drift falls on every configuration alike. A run that outlives its deadline is a
-hang: every process of it is killed. Any process a run started that outlives it by a second
+hang: every process of it is killed. Any process a run started that outlives it by 3 seconds
 is counted as left over, and killed; a job's processes are found by a mark in their
 environment, whoever their parent is by then.
 """
@@ -102,7 +102,7 @@ def run_command(args: list[str], run_dir: str | None = None, deadline_s: float =
     """``python -m harness args`` (``hydra.run.dir=run_dir`` added where given), watched until it ends
     or its deadline passes (a hang: every process of the job is killed), its record read from
     ``run_dir``; ``interruption``: a signal sent to it once its workers run. Any process of the job
-    alive a second after the command ended is left over (counted, then killed)."""
+    alive 3 s after the command ended is left over (counted, then killed)."""
     cmd = [sys.executable, "-m", "harness", *args] + ([f"hydra.run.dir={run_dir}"] if run_dir else [])
     mark = uuid.uuid4().hex
     started = time.time()
@@ -130,7 +130,11 @@ def run_command(args: list[str], run_dir: str | None = None, deadline_s: float =
         time.sleep(0.1)
     proc.wait()
     reader.join(timeout=5)
-    time.sleep(1.0)  # what outlives its command by a second is left over
+    # what outlives its command by 3 s is left over (wandb's service polls its parent every second
+    # or so and ends by itself when a command was killed outright)
+    waited = time.time()
+    while job_processes(mark) and time.time() - waited < 3.0:
+        time.sleep(0.2)
     left = job_processes(mark)
     for p in left:
         p.kill()

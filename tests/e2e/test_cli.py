@@ -31,6 +31,38 @@ def test_two_worker_run_writes_a_complete_record_and_an_offline_wandb_run(workdi
     assert rec["timed_steps"] == 5 - 1 - 1  # warm-up and memory steps are not timed
     assert "ok dp w=2" in proc.stdout and "samples/s" in proc.stdout
     assert glob.glob(os.path.join(run_dir, "wandb", "offline-run-*", "run-*.wandb"))
+    # progress as it goes: a row per step (5 steps: every step) and a plain line each, no bar off a terminal
+    rows = [json.loads(line) for line in open(os.path.join(run_dir, "steps.jsonl"))]
+    losses = [row["train/loss"] for row in rows if "train/loss" in row]
+    assert losses == pytest.approx([loss for _, loss in rec["loss_curve"]])  # every rank's share, summed
+    assert rows[-1]["step"] == 5 and rows[-1]["test/accuracy"] == rec["accuracy"]
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("dp w=2 step ")]
+    assert len(lines) == 5 and all(" | loss " in line and " | lr " in line and " MiB" in line for line in lines)
+    assert "\r" not in proc.stderr and "it/s" not in proc.stderr
+
+
+def test_a_pipeline_run_writes_a_trace_and_breaks_its_idle_time_down(workdir, capfd):
+    run_dir = os.path.join(workdir, "run")
+    out = pipebench(capfd, "run", "strategy=hippie", "world_size=2", "train.micro_batches=4", *TINY,
+                    f"hydra.run.dir={run_dir}")
+    assert out.returncode == 0, out.stderr[-3000:]
+    rec = _record(run_dir)
+    parts = rec["idle_breakdown"]
+    assert set(parts) == {"compute", "peer_wait", "collective", "exposed_comm", "host"}
+    assert sum(parts.values()) == pytest.approx(1.0)
+    assert parts["compute"] == pytest.approx(1 - rec["bubble_measured"], abs=1e-5)  # the same step, the same span
+    assert parts["peer_wait"] > 0  # a 2-stage pipeline's fill and drain
+    for device in rec["idle_per_device"]:  # each device's parts add up to the job's step
+        assert sum(device[p] for p in parts) == pytest.approx(sum(rec["idle_per_device"][0][p] for p in parts))
+    (path,) = glob.glob(os.path.join(run_dir, "trace_*.json"))
+    trace = json.load(open(path))
+    names = {e["pid"]: e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "process_name"}
+    assert names[0] == "rank 0 (stage 0)" and names[1] == "rank 1 (stage 1)"
+    assert any(name.startswith("simulator replay") for name in names.values())
+    spans = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    assert {e["pid"] for e in spans} >= {0, 1} and all(e["dur"] >= 0 for e in spans)
+    assert any(e["name"] == "forward s1 mb3" for e in spans)  # the runtime's actions, as in the schedule
+    assert any(e["cat"] == "idle" and e["name"] == "peer wait" for e in spans)
 
 
 def test_multirun_of_two_jobs_records_both_and_prints_the_table(workdir, capfd):

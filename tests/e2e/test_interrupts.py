@@ -67,3 +67,22 @@ def test_ctrl_c_stops_a_sweep_after_recording_the_job_it_interrupted(workdir):
     from harness.report.record import read
 
     assert read(os.path.join(sweep, jobs[0], "metrics.json"))["interrupted"] == "SIGINT"
+
+
+@pytest.mark.parametrize("signum,state,exit_code", [(signal.SIGTERM, "failed", 143), (signal.SIGKILL, "running", None)],
+                         ids=["SIGTERM", "SIGKILL"])
+def test_a_stopped_or_killed_run_is_in_wandb_with_the_steps_it_logged(workdir, signum, state, exit_code):
+    """Stopped on purpose, the run ends in wandb with the job's exit code (failed); killed outright,
+    it never finishes (wandb shows it crashed), and what it logged before is there."""
+    import glob
+
+    from tests.helpers.wandb_offline import offline_run
+
+    outcome = _run(workdir, Interruption(signum, "command", 5.0), "logger.mode=offline", "logger.log_every=1")
+    assert outcome.left_over == 0
+    (folder,) = glob.glob(os.path.join(workdir, "run", "wandb", "offline-run-*"))
+    run = offline_run(folder)
+    assert run["state"] == state and run["exit_code"] == exit_code
+    logged = [row["_step"] for row in run["history"] if "train/loss" in row]
+    assert len(logged) >= 3 and logged == sorted(logged)
+    assert run["stats"], "no system metrics"

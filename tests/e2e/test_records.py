@@ -39,19 +39,29 @@ def test_a_repeated_sweep_records_its_environment_interleaves_repeats_and_logs_w
     for job, rec in zip(jobs, recs):
         (folder,) = glob.glob(os.path.join(job, "wandb", "offline-run-*"))
         run = offline_run(folder)
-        assert run["job_type"] == "train" and run["group"] == group and set(run["tags"]) == {"dp", "t1"}
-        for key in ("world_size", "seed", "repeat", "device", "precision", "tag", "variant"):
-            assert json.loads(run["config"][key]) == rec[key], key
-        strategy = json.loads(run["config"]["strategy"])  # the strategy's settings, with its name
-        assert strategy["name"] == "dp" and json.loads(run["config"]["train"])["global_batch"] == 16
+        assert run["state"] == "finished" and run["exit_code"] == 0
+        assert run["job_type"] == "train" and run["group"] == group
+        assert set(run["tags"]) == {"dp", "vit_micro", f"w{rec['world_size']}", "t1"}
+        for key in ("world_size", "seed", "repeat", "tag", "variant"):
+            assert run["config"][key] == rec[key], key
+        assert run["config"]["strategy"]["name"] == "dp" and run["config"]["train"]["global_batch"] == 16
+        assert run["config"]["environment"]["git_commit"] == head  # the machine, logged at the start
+        # step metrics as training went, each at its step, and the evaluation
+        steps = [row for row in run["history"] if "train/loss" in row]
+        assert [row["_step"] for row in steps] == [1, 2, 3, 4, 5]
+        assert all(k in steps[1] for k in ("train/lr", "train/samples_per_s", "train/step_time_s", "train/peak_rss_mib"))
+        assert any("test/accuracy" in row for row in run["history"])
+        # the summary holds what was measured, not what was run
+        assert run["summary"]["throughput"] == rec["throughput"] and "model" not in run["summary"]
+        assert "files/metrics.json" in run["files"]
     (folder,) = glob.glob(os.path.join(sweep, "wandb", "offline-run-*"))
     comparison = offline_run(folder)
     assert comparison["job_type"] == "comparison" and comparison["group"] == group
-    (results,) = [a for a in comparison["artifacts"] if a.type == "results"]
-    logged = {entry.path for entry in results.manifest.contents}
+    (results,) = [a for a in comparison["artifacts"] if a["type"] == "results"]
+    logged = {entry["path"] for entry in results["manifest"]["contents"]}
     assert {"results.md", "results.csv", "results.tex", "machine.json"} <= logged
     assert any(p.endswith(".png") for p in logged)  # the figures folder
     (table_file,) = glob.glob(os.path.join(folder, "files", "media", "table", "comparison_*.table.json"))
     table = json.load(open(table_file))
-    speed = table["columns"].index("samples/s")
+    speed = table["columns"].index("throughput_samples_per_s")
     assert all(isinstance(row[speed], float) for row in table["data"])  # a numeric column, not strings

@@ -1,60 +1,33 @@
-"""Reading an offline wandb run back from its ``run-<id>.wandb`` file, without a server.
-
-The file is wandb's transaction log: a 7-byte header (``:W&B``, a magic number, a
-version), then LevelDB-style log records (4-byte checksum, 2-byte length, 1-byte type:
-full, first, middle, last) in 32 KiB blocks, each carrying one protobuf ``Record``.
-"""
+"""An offline wandb run read back through wandb's own reader (``wandb leet inspect``), not a
+parser of its file format."""
 
 from __future__ import annotations
 
 import glob
+import json
 import os
-import struct
-
-from wandb.proto import wandb_internal_pb2
-
-_BLOCK, _HEADER, _FILE_HEADER = 32768, 7, 7
-_FULL, _FIRST, _MIDDLE, _LAST = 1, 2, 3, 4
+import subprocess
+import sys
 
 
-def records(path: str) -> list[wandb_internal_pb2.Record]:
-    data = open(path, "rb").read()
-    assert data[:4] == b":W&B", f"{path} is not a wandb transaction log"
-    out, pos, pending = [], _FILE_HEADER, b""
-    while pos + _HEADER <= len(data):
-        left = _BLOCK - pos % _BLOCK
-        if left < _HEADER:  # the rest of a block too short for a header is padding
-            pos += left
-            continue
-        _, length, kind = struct.unpack("<IHB", data[pos : pos + _HEADER])
-        chunk = data[pos + _HEADER : pos + _HEADER + length]
-        pos += _HEADER + length
-        if kind == 0 and length == 0:
-            break
-        pending = chunk if kind in (_FULL, _FIRST) else pending + chunk
-        if kind in (_FULL, _LAST):
-            record = wandb_internal_pb2.Record()
-            record.ParseFromString(pending)
-            out.append(record)
-    return out
+def _inspect(folder: str, *args: str) -> str:
+    done = subprocess.run([sys.executable, "-m", "wandb", "leet", "inspect", "--json", *args, folder],
+                          capture_output=True, text=True, timeout=120, env={**os.environ, "WANDB_SILENT": "true"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
 
 
 def offline_run(folder: str) -> dict:
-    """What an offline run folder says about its run: role, group, tags, config keys, the
-    names of logged history keys, logged artifacts, and its files."""
-    (path,) = glob.glob(os.path.join(folder, "run-*.wandb"))
-    run, history, artifacts, config = None, set(), [], {}
-    for record in records(path):
-        kind = record.WhichOneof("record_type")
-        if kind == "run":
-            run = record.run
-            config.update({item.key: item.value_json for item in record.run.config.update})
-        elif kind == "config":
-            config.update({item.key: item.value_json for item in record.config.update})
-        elif kind == "history":
-            history |= {item.key for item in record.history.item}
-        elif kind == "artifact":
-            artifacts.append(record.artifact)
+    """What wandb says of the offline run in ``folder``: ``state`` (finished, failed, or running
+    for a process that ended without finishing: crashed), ``exit_code``, ``step``, ``tags``,
+    ``config`` and ``summary`` (as from ``--summary``), plus ``job_type``, ``group``, the
+    ``history`` rows, the ``stats`` (system metrics) records, the logged ``artifacts`` and the
+    run's ``files``."""
+    run = json.loads(_inspect(folder, "--summary"))
+    records = [json.loads(line) for line in _inspect(folder).splitlines() if line.strip()]
+    (head,) = [r["run"] for r in records if r.get("type") == "run"]
+    history = [r["history"]["item"] for r in records if r.get("type") == "history"]
     files = [os.path.relpath(p, folder) for p in glob.glob(os.path.join(folder, "files", "**", "*"), recursive=True)]
-    return {"job_type": run.job_type, "group": run.run_group, "tags": list(run.tags), "config": config,
-            "history": history, "artifacts": artifacts, "files": files}
+    return {**run, "job_type": head.get("job_type") or head.get("jobType"), "group": head.get("run_group") or
+            head.get("runGroup"), "history": history, "stats": [r for r in records if r.get("type") == "stats"],
+            "artifacts": [r["artifact"] for r in records if r.get("type") == "artifact"], "files": files}

@@ -23,7 +23,22 @@ from tests.helpers.cli import compose_config, make_spec
 def test_default_composition():
     cfg = compose_config([])
     assert cfg.strategy.name == "dp" and cfg.model.name == "vit_micro" and cfg.data.name == "synthetic"
-    assert cfg.logger.mode == "offline" and cfg.world_size == 1
+    assert cfg.logger.mode is None and cfg.world_size == 1  # unset: WANDB_MODE, else offline
+
+
+def test_wandb_settings_come_from_the_config_then_the_environment_then_the_defaults(monkeypatch):
+    from harness.report.wandb_run import settings
+
+    for name in ("WANDB_MODE", "WANDB_PROJECT", "WANDB_ENTITY"):
+        monkeypatch.delenv(name, raising=False)
+    assert settings(None, None, None) == ("offline", "pipebench", None)
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    monkeypatch.setenv("WANDB_PROJECT", "theirs")
+    monkeypatch.setenv("WANDB_ENTITY", "lab")
+    assert settings(None, None, None) == ("disabled", "theirs", "lab")
+    assert settings("online", "mine", None) == ("online", "mine", "lab")  # an explicit value wins
+    with pytest.raises(ConfigError, match="logger.mode=sometimes"):
+        make_spec("logger.mode=sometimes")
 
 
 @pytest.mark.parametrize("override,error", [("train.stepz=3", ConfigKeyError), ("train.steps=many", ValidationError),
