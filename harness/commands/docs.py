@@ -3,7 +3,8 @@
 ``docs/reference/configuration.md`` is written from the configuration's dataclasses
 (every key, default, rule and comment: harness.config.reference) and
 ``docs/reference/commands.md`` from this command line (every verb's help) and
-``docs/reference/schedules.md`` from the schedule registry. The test
+``docs/reference/schedules.md`` from the schedule registry and ``docs/reference/columns.md``
+from the table columns, their sets and the figures (harness.report). The test
 suite checks that the committed pages equal what this writes (``--check``), so the
 reference never drifts from what runs.
 
@@ -56,12 +57,35 @@ def schedules_page() -> str:
     return "\n".join(lines) + "\n"
 
 
+def columns_page() -> str:
+    from harness.report.columns import COLUMNS, DEFAULT_SET, select, set_names
+    from harness.report.figures import FIGURES
+
+    lines = ["# Columns and figures reference", "",
+             "Generated from `harness/report/columns.py` and `harness/report/figures.py` by `pipebench docs`. "
+             f"`pipebench results <sweep> --columns <set or keys>` picks the columns (`{DEFAULT_SET}` by default); "
+             "[metrics](../concepts/metrics.md) defines each figure.", "",
+             "| set | columns |", "| --- | --- |"]
+    for name in set_names():
+        shown = [c.key for c in select(name)]
+        lines.append(f"| `{name}` | {', '.join(f'`{k}`' for k in shown)} |")
+    lines += ["", "| key | label | CSV header | unit | better | measured (mean ± 95% interval) | sets |",
+              "| --- | --- | --- | --- | --- | --- | --- |"]
+    for c in COLUMNS:
+        lines.append(f"| `{c.key}` | {c.label} | `{c.csv_header}` | {c.unit or '-'} | {c.better or '-'} | "
+                     f"{'yes' if c.figure else '-'} | {', '.join(c.sets) or '-'} |")
+    lines += ["", "| figure | what it shows |", "| --- | --- |"]
+    lines += [f"| `{f.name}` | {f.shows} |" for f in FIGURES]
+    return "\n".join(lines) + "\n"
+
+
 def pages() -> dict[str, str]:
     from harness.config.reference import markdown
 
     return {os.path.join(DOCS, "reference", "configuration.md"): markdown(),
             os.path.join(DOCS, "reference", "commands.md"): commands_page(),
-            os.path.join(DOCS, "reference", "schedules.md"): schedules_page()}
+            os.path.join(DOCS, "reference", "schedules.md"): schedules_page(),
+            os.path.join(DOCS, "reference", "columns.md"): columns_page()}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -132,10 +132,14 @@ def _comparable(runs: list[dict]) -> bool:
 
 
 def _legend_below(fig, ax, handles=None, labels=None, ncol: int = 2) -> None:
+    """The legend under the figure, below the lowest axis label (the x label, or rotated ticks)."""
     handles, labels = (handles, labels) if handles is not None else ax.get_legend_handles_labels()
-    if handles:
-        fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=ncol, frameon=False,
-                   handlelength=2.2, columnspacing=1.0)
+    if not handles:
+        return
+    renderer = fig.canvas.get_renderer()
+    bottom = min(a.get_tightbbox(renderer).y0 for a in fig.axes) / fig.bbox.height
+    fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, bottom - 0.01), ncol=ncol, frameon=False,
+               handlelength=2.2, columnspacing=1.0)
 
 
 def throughput_vs_workers(records: list[dict], out_dir: str) -> list[str]:
@@ -347,7 +351,11 @@ def schedules(records: list[dict], out_dir: str) -> list[str]:
         ax.grid(alpha=0.3)
         handles, labels = ax.get_legend_handles_labels()
         ordered = sorted(zip(handles, labels), key=lambda hl: hl[1].startswith("Pareto"))  # the front last
-        _legend_below(fig, ax, [h for h, _ in ordered], [label for _, label in ordered], ncol=1)
+        handles, labels = [h for h, _ in ordered], [label for _, label in ordered]
+        if not all(_comparable(runs) for runs in groups.values()):
+            handles.append(plt.Line2D([], [], color="grey", marker="o", markerfacecolor="white", linestyle="none"))
+            labels.append("hollow: speed not comparable (not on the front)")
+        _legend_below(fig, ax, handles, labels, ncol=1)
         return save(fig, out_dir, "schedules")
 
 

@@ -43,6 +43,9 @@ class RunRecord(BaseModel):
     tflops_per_device: Optional[float] = Field(default=None, ge=0)
     mfu: Optional[float] = Field(default=None, ge=0)
     hfu: Optional[float] = Field(default=None, ge=0)
+    # harness.metrics.idle: the mean fraction of the step per part (the idle columns read it)
+    idle_breakdown: Optional[dict[Literal["compute", "peer_wait", "collective", "exposed_comm", "host"],
+                                  float]] = None
 
 
 class RecordError(ValueError):

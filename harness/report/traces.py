@@ -81,9 +81,10 @@ def chrome_trace(record: dict) -> dict | None:
     events: list[dict] = []
     for pid, (r, lanes) in enumerate(profiled):
         layout = r.get("layout", {})
-        stage = layout.get("stage")
-        events += _meta(pid, None, "process", f"rank {r.get('rank', pid)}"
-                        + (f" (stage {stage})" if isinstance(stage, int) else ""), pid)
+        stage, held = layout.get("stage"), layout.get("stages") or []
+        where = (f" (stages {', '.join(map(str, held))})" if len(held) > 1
+                 else f" (stage {stage})" if isinstance(stage, int) else "")
+        events += _meta(pid, None, "process", f"rank {r.get('rank', pid)}{where}", pid)
         tid = 0
         for lane_stage, spans in lanes:
             if not spans:
@@ -91,7 +92,9 @@ def chrome_trace(record: dict) -> dict | None:
             events += _meta(pid, tid, "thread", "compute (profiled step)"
                             + (f", stage {lane_stage}" if len(lanes) > 1 else ""), tid)
             for kind, s, e in spans:
-                name, args = action_name(kind, lane_stage if isinstance(lane_stage, int) else None)
+                # a rank holding several stages runs all of them on one thread: no stage to name
+                known = isinstance(lane_stage, int) and (len(lanes) > 1 or len(held) <= 1)
+                name, args = action_name(kind, lane_stage if known else None)
                 events.append(_complete(pid, tid, name, s - origin, e - origin, "compute", args))
             device = f"rank {r.get('rank')}" + (f" stage {lane_stage}" if len(lanes) > 1 else "")
             if waits.get(device):

@@ -47,7 +47,7 @@ class StepLog:
         self.ctx, self.steps, self.global_batch, self.lr_at = ctx, steps, spec.train.global_batch, lr_at
         self.log_every = every(spec.logger.log_every, steps, 100)
         self.print_every = every(spec.logger.print_every, steps, 10)
-        self.label = f"{spec.strategy.name} w={ctx.world_size}"
+        self.label = f"{spec.strategy.name} w={spec.world_size}"
         # a group of its own (every rank creates it, in the same order): its all-reduces never
         # queue behind the strategy's transfers on the default group
         self.group = dist.new_group(backend="gloo", timeout=ctx.timeout) if ctx.world_size > 1 else None
