@@ -28,7 +28,7 @@ import threading
 _SCALARS = (int, float, str, bool, type(None))
 STEPS_FILE = "steps.jsonl"
 # the record's inputs: in the run's config, not its summary
-_INPUTS = {"schema_version", "status", "error", "started_at", "strategy", "model", "data", "world_size",
+_INPUTS = {"schema_version", "started_at", "strategy", "model", "data", "world_size",
            "global_batch", "micro_batches", "steps", "seed", "repeat", "device", "precision", "augment", "tag",
            "block", "variant", "ignored_strategy_keys", "config", "environment", "target_accuracy", "cluster",
            "simulated", "threads_per_worker", "workers_on_host", "host_cores", "training_started_at", "replicas",

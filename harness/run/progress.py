@@ -112,8 +112,13 @@ class StepLog:
                 self._print(row)
 
     def _write(self, row: dict) -> None:
-        with open(self.path, "a") as f:
-            f.write(json.dumps(row) + "\n")
+        try:
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            with open(self.path, "a") as f:
+                f.write(json.dumps(row) + "\n")
+        except OSError as e:  # progress is not worth a run: say so once and go on without it
+            print(f"warning: cannot write {self.path} ({e.strerror}); step metrics are not logged", file=sys.stderr)
+            self.path = None
 
     def _print(self, row: dict) -> None:
         speed = (f" | {row['train/samples_per_s']:.0f} samples/s | {row['train/step_time_s'] * 1e3:.1f} ms/step"

@@ -78,7 +78,7 @@ def test_multirun_of_two_jobs_records_both_and_prints_the_table(workdir, capfd):
     # the results command rebuilds the same table from the records
     table = pipebench(capfd, "results", sweep)
     assert table.returncode == 0 and table.stdout.count("| dp ") == 2
-    for fmt, marker in (("csv", "strategy,layout,model"), ("latex", "\\begin{tabular}")):
+    for fmt, marker in (("csv", "strategy,workers,layout"), ("latex", "\\begin{tabular}")):
         out = pipebench(capfd, "results", sweep, "--format", fmt)
         assert out.returncode == 0 and marker in out.stdout
 
@@ -133,7 +133,8 @@ def test_every_strategy_trains_in_bf16_on_cpu_with_flops_and_mfu_in_its_record(w
     assert len({rec["flops_per_step"] for rec in recs.values()}) == 1
     assert recs["hippie"]["hardware_flops_per_step"] > recs["hippie"]["flops_per_step"]  # recompute=auto
     assert recs["dp"]["hardware_flops_per_step"] == recs["dp"]["flops_per_step"]
-    assert "| bf16" in proc.stdout and "MFU %" in proc.stdout
+    assert "precision bf16" in proc.stdout  # every row's: in the caption line
+    assert "MFU %" in pipebench(capfd, "results", sweep, "--columns", "speed").stdout
 
 
 def test_results_command_without_records_says_so(workdir, capfd):

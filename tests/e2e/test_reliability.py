@@ -48,7 +48,8 @@ def test_a_sweep_goes_on_after_a_failed_job_and_shows_it(workdir, capfd):
     recs = sorted((_record(os.path.join(sweep, d)) for d in os.listdir(sweep) if d[0].isdigit()),
                   key=lambda r: r["status"])
     assert [r["status"] for r in recs] == ["failed", "ok"]
-    assert "| failed" in proc.stdout and "1 run(s) failed" in proc.stderr
+    assert "| dp¹ " in proc.stdout and "¹ failed: rank 1 raised RuntimeError" in proc.stdout  # its row, with why
+    assert "1 run(s) failed" in proc.stderr
 
 
 @pytest.mark.parametrize("strategy,extra", [("dp", []), ("hippie", ["train.micro_batches=2"]),
