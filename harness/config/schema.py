@@ -136,9 +136,10 @@ class LoggerConfig:
     project: Optional[str] = None  # the wandb project; unset: WANDB_PROJECT, else pipebench
     entity: Optional[str] = None  # the wandb entity; unset: WANDB_ENTITY, else the account's default
     group: Optional[str] = None  # unset: one group per sweep (a single run has none)
-    # a row of step metrics (steps.jsonl, and wandb) every this many steps; 0: about 1/100 of the run
+    # a row of step metrics (steps.jsonl, and wandb) every this many steps; 0: about 1/100 of the
+    # run, at least 10
     log_every: int = bounded(0, 0)
-    # a plain progress line every this many steps; 0: about 1/10 of the run
+    # a plain progress line every this many steps (a multiple of log_every); 0: about 1/10 of the run
     print_every: int = bounded(0, 0)
 
 

@@ -1,7 +1,7 @@
 """Training progress as it goes, from rank 0: rows in ``steps.jsonl``, a log line now and then,
 and a tqdm bar only on a terminal.
 
-Every ``logger.log_every`` steps (default: about a hundredth of the run) each rank adds its
+Every ``logger.log_every`` steps (default: about a hundredth of the run, at least 10) each rank adds its
 share of the loss over those steps, and its memory, to one small all-reduce on a gloo group of
 its own, started without waiting and collected by rank 0 once it has completed (polled after
 each step): no step waits for it, and the job's transfers and collectives never queue behind
@@ -34,9 +34,14 @@ from harness.report.wandb_run import STEPS_FILE
 tqdm.set_lock(threading.RLock())
 
 
-def every(setting: int, steps: int, parts: int) -> int:
-    """``setting``, or for 0 about ``1/parts`` of a run of ``steps`` (at least 1)."""
-    return setting if setting > 0 else max(1, round(steps / parts))
+def intervals(log_every: int, print_every: int, steps: int) -> tuple[int, int]:
+    """(steps between rows, steps between printed lines): the settings, or for 0 about a hundredth
+    of the run but at least 10 steps (a row costs a small all-reduce in the background: rarely
+    enough that the steps it overlaps are not slowed), and about a tenth of the run; a printed
+    line is a row's, so its interval is a multiple of the rows'."""
+    rows = log_every if log_every > 0 else max(10, round(steps / 100))
+    lines = print_every if print_every > 0 else round(steps / 10)
+    return rows, rows * max(1, round(lines / rows))
 
 
 class StepLog:
@@ -45,8 +50,7 @@ class StepLog:
     def __init__(self, spec, ctx, first_step: int, lr_at, bar: bool):
         steps = spec.steps
         self.ctx, self.steps, self.global_batch, self.lr_at = ctx, steps, spec.train.global_batch, lr_at
-        self.log_every = every(spec.logger.log_every, steps, 100)
-        self.print_every = every(spec.logger.print_every, steps, 10)
+        self.log_every, self.print_every = intervals(spec.logger.log_every, spec.logger.print_every, steps)
         self.label = f"{spec.strategy.name} w={spec.world_size}"
         # a group of its own (every rank creates it, in the same order): its all-reduces never
         # queue behind the strategy's transfers on the default group

@@ -20,7 +20,8 @@ REQUIRED = ["status", "error", "strategy", "model", "data", "world_size", "globa
 
 def test_two_worker_run_writes_a_complete_record_and_an_offline_wandb_run(workdir):
     run_dir = os.path.join(workdir, "run")
-    proc = run_cli(["world_size=2", *TINY, "logger.mode=offline", f"hydra.run.dir={run_dir}"], cwd=workdir)
+    proc = run_cli(["world_size=2", *TINY, "logger.mode=offline", "logger.log_every=1", f"hydra.run.dir={run_dir}"],
+                   cwd=workdir)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rec = _record(run_dir)
     assert all(k in rec for k in REQUIRED)

@@ -16,7 +16,7 @@ from tests.helpers.wandb_offline import offline_run
 
 def test_a_repeated_sweep_records_its_environment_interleaves_repeats_and_logs_wandb_by_convention(workdir):
     sweep = os.path.join(workdir, "sweep")
-    proc = run_cli(["-m", "world_size=1,2", "repeat=0,1", *TINY, "logger.mode=offline", "tag=t1",
+    proc = run_cli(["-m", "world_size=1,2", "repeat=0,1", *TINY, "logger.mode=offline", "logger.log_every=1", "tag=t1",
                     f"hydra.sweep.dir={sweep}"], cwd=workdir, timeout=400)
     assert proc.returncode == 0, proc.stderr[-3000:]
     jobs = sorted(glob.glob(os.path.join(sweep, "[0-9]*")), key=lambda d: int(os.path.basename(d).split("_")[0]))
