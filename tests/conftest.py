@@ -1,5 +1,6 @@
 """The suite mirrors the layout: unit/ (no processes), distributed/ (real gloo process groups),
-e2e/ (the commands, as a user runs them), gpu/ (one CUDA device; skipped without one). Each
+e2e/ (the commands, as a user runs them), gpu/ (one CUDA device; skipped without one), slurm/ (a
+real Slurm cluster, .ci/slurm-cluster up; skipped without one). Each
 folder's tests carry its marker, so ``pytest -m "not e2e"`` is the fast loop and ``pytest -m
 unit`` the fastest."""
 
@@ -9,7 +10,7 @@ import os
 
 import pytest
 
-_KINDS = ("unit", "distributed", "e2e", "gpu")
+_KINDS = ("unit", "distributed", "e2e", "gpu", "slurm")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -125,7 +125,11 @@ def check_overrides(overrides: list[str]) -> str | None:
     job = overrides
     try:
         for job in _probes(overrides):
-            compose(config_name="config", overrides=job, return_hydra_config=True)
+            composed = compose(config_name="config", overrides=job, return_hydra_config=True)
+            if "WorldSizeSlurmLauncher" in str(OmegaConf.select(composed, "hydra.launcher._target_", default="")) \
+                    and OmegaConf.select(composed, "hydra.launcher.nodes", default=1) != 1:
+                return ("hydra.launcher.nodes is not read with hydra/launcher=slurm: each job gets the nodes its "
+                        "world_size needs (world_size / hydra.launcher.tasks_per_node); leave it out")
     except (HydraException, OmegaConfBaseException, ValueError) as e:
         return _composition_error(e, job)
     return None
@@ -159,11 +163,21 @@ def refuse_bad_overrides(args: list[str]) -> None:
         raise SystemExit(2)
 
 
+def register_launcher() -> None:
+    """The project's Slurm launcher (hydra_plugins.pipebench), registered with Hydra by hand: an
+    editable install's import hook makes it importable but invisible to Hydra's plugin scan."""
+    from hydra.core.plugins import Plugins
+    from hydra_plugins.pipebench import WorldSizeSlurmLauncher
+
+    Plugins.instance().register(WorldSizeSlurmLauncher)
+
+
 def hydra_command(task: Callable[[DictConfig], None], args: list[str], extra_overrides: list[str] = ()) -> None:
     """Run ``task`` as a Hydra app over ``conf/`` with this command line (``args``: overrides and
     Hydra's flags), after :func:`refuse_bad_overrides`; ``extra_overrides`` are appended."""
     refuse_bad_overrides(args)
     register_configs()
+    register_launcher()
     argv, sys.argv = sys.argv, [sys.argv[0], *args, *extra_overrides]  # Hydra reads its command line there
     try:
         hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="config")(task)()

@@ -112,7 +112,7 @@ def build_spec(cfg: DictConfig | RunConfig, launching: bool = True) -> RunSpec:
     device = launch.device
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cuda" and torch.cuda.device_count() == 0:
+    if device == "cuda" and launching and torch.cuda.device_count() == 0:
         raise ConfigError("launch.device=cuda but no GPU is visible; use launch.device=cpu")
 
     cls = strategy_class(rc.strategy.name)

@@ -71,10 +71,19 @@ def run(spec: RunSpec, output_dir: str, progress: bool = True) -> dict:
     except ConfigError:
         raise
     except Exception as e:  # a failure in this process (joined mode): keep the record
-        record.update(status="failed", error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc(limit=8))
+        record.update(status="failed", error=_joined_error(e), traceback=traceback.format_exc(limit=8))
     record["wall_time_s"] = time.perf_counter() - started
     record_mod.write(output_dir, record)
     return record
+
+
+def _joined_error(e: Exception) -> str:
+    """One line for a rank's failure in a job whose tasks are the ranks: which peer died is known
+    to the scheduler (its task's exit), not to this rank, which sees the peer's connection close."""
+    text = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+    if "Connection reset by peer" in text or "Connection closed by peer" in text:
+        return f"another rank's process ended during the run (its connection closed; the scheduler's log says which): {text}"
+    return text
 
 
 class WorkerFailure(RuntimeError):

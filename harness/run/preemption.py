@@ -117,8 +117,14 @@ def read_marker(run_dir: str) -> dict | None:
 
 def resume_point(run_dir: str) -> tuple[str | None, int]:
     """(the run directory to resume from, how many times it was stopped) for a job starting in
-    ``run_dir``: a run that a preemption stopped after its checkpoint continues from it."""
-    marker = read_marker(run_dir)
-    if marker is None or not os.path.isfile(os.path.join(run_dir, "checkpoints", "latest")):
+    ``run_dir``: a run that a preemption stopped after its checkpoint continues from it, and so
+    does a job Slurm requeued (``SLURM_RESTART_COUNT``) from its latest periodic checkpoint."""
+    if not os.path.isfile(os.path.join(run_dir, "checkpoints", "latest")):
         return None, 0
-    return run_dir, marker["stops"]
+    marker = read_marker(run_dir)
+    if marker is not None:
+        return run_dir, marker["stops"]
+    # requeued by Slurm without a warning (scontrol requeue, a node failure): from its last
+    # periodic checkpoint (train.checkpoint_every)
+    restarts = int(os.environ.get("SLURM_RESTART_COUNT") or 0)
+    return (run_dir, restarts) if restarts else (None, 0)

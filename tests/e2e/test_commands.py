@@ -68,3 +68,29 @@ def test_the_benchmark_refuses_an_unknown_model_in_one_line(tmp_path, capfd):
     proc = pipebench(capfd, "bench", "--models", "vit_nope")
     assert proc.returncode == 2 and proc.stderr.startswith("error: --models from vit_micro, vit_tiny")
     assert len(proc.stderr.splitlines()) == 1
+
+
+def test_the_preview_is_the_slurm_preflight_on_a_node_without_a_gpu(tmp_path, capfd, monkeypatch):
+    """The headline GPU experiment, previewed where users queue it: a login node (this machine has no
+    GPU). Each job gets the nodes its world size needs, a predicted step, run time and memory per
+    GPU; a world size that does not fill whole nodes, and torchgpipe's one process for all GPUs,
+    are refused in one line each."""
+    monkeypatch.chdir(tmp_path)
+    proc = pipebench(capfd, "preview", "experiment=speedup", "hydra/launcher=slurm", "model=vit_base",
+                     "strategy=dp,hippie,gpipe", "world_size=4,16,12")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = {r.split("|")[1].replace(" experiment=speedup hydra/launcher=slurm", "").strip(): [c.strip() for c in r.split("|")]
+            for r in proc.stdout.splitlines() if r.startswith("| model=")}
+    assert len(rows) == 9
+    header = [c.strip() for c in proc.stdout.splitlines()[0].split("|")]
+    at = {name: header.index(name) for name in ("nodes", "tasks/node", "predicted step ms", "predicted run min",
+                                                "peak GiB/device (of 80)", "status")}
+    dp16 = rows["model=vit_base world_size=16 strategy=dp"]
+    assert (dp16[at["nodes"]], dp16[at["tasks/node"]]) == ("2", "8") and float(dp16[at["predicted step ms"]]) > 0
+    assert float(dp16[at["predicted run min"]]) > 0 and float(dp16[at["peak GiB/device (of 80)"]]) > 0
+    hippie4 = rows["model=vit_base world_size=4 strategy=hippie"]
+    assert (hippie4[at["nodes"]], hippie4[at["tasks/node"]]) == ("1", "4") and hippie4[at["status"]].startswith("ok")
+    assert rows["model=vit_base world_size=12 strategy=dp"][at["status"]].startswith(
+        "refused: world_size=12 does not fill whole nodes of 8 tasks")
+    assert rows["model=vit_base world_size=4 strategy=gpipe"][at["status"]].startswith("refused: strategy=gpipe runs 1")
+    assert "9 job(s), 5 refused; nothing was started" in proc.stderr  # w=12 twice, gpipe three times

@@ -164,12 +164,25 @@ def test_strategy_classes_come_from_the_yaml_files_target(tmp_path):
 
 
 def test_slurm_preset_composes_with_one_task_per_gpu():
-    cfg = compose_config(["hydra/launcher=slurm", "hydra.launcher.gpus_per_node=4", "hydra.launcher.nodes=2",
+    cfg = compose_config(["hydra/launcher=slurm", "hydra.launcher.gpus_per_node=4",
                           "hydra.launcher.partition=gpu", "hydra.launcher.account=proj1"], return_hydra_config=True)
     launcher = cfg.hydra.launcher
-    assert launcher._target_.endswith("SlurmLauncher")
+    assert launcher._target_ == "hydra_plugins.pipebench.WorldSizeSlurmLauncher"
     assert OmegaConf.select(cfg, "hydra.launcher.tasks_per_node") == 4
-    assert launcher.nodes == 2 and launcher.partition == "gpu" and launcher.account == "proj1"
+    assert launcher.partition == "gpu" and launcher.account == "proj1"
+
+
+def test_each_slurm_job_gets_the_nodes_its_world_size_needs(capsys):
+    from harness.cli.launcher import placement
+
+    assert placement(4, 8) == (1, 4) and placement(8, 8) == (1, 8) and placement(16, 8) == (2, 8)
+    with pytest.raises(ConfigError, match="world_size=12 does not fill whole nodes of 8 tasks"):
+        placement(12, 8)
+    # the launcher's nodes would be ignored: refused, in one line, before anything runs
+    with pytest.raises(SystemExit) as refused:
+        commands.main(["run", "-m", "hydra/launcher=slurm", "hydra.launcher.nodes=2", "world_size=16"])
+    assert refused.value.code == 2
+    assert capsys.readouterr().err.startswith("error: hydra.launcher.nodes is not read with hydra/launcher=slurm")
 
 
 def _declared_rules():

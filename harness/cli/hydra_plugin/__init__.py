@@ -1,0 +1,69 @@
+"""The project's Slurm launcher for Hydra (``hydra/launcher=slurm``): hydra-submitit-launcher's,
+with each job's nodes and tasks per node (and GPUs per node, where the preset asks for GPUs)
+from its own ``world_size`` (:func:`harness.cli.launcher.placement`). Jobs of one placement are
+one job array; the sweep's job numbers, folders and order are Hydra's, whatever the grouping.
+
+Hydra only loads launchers from its ``hydra_plugins`` namespace: this folder is installed as
+``hydra_plugins.pipebench`` (pyproject.toml's package-dir) and is imported only under that name.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Sequence
+
+from hydra.core.singleton import Singleton
+from hydra.core.utils import JobReturn, filter_overrides
+from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
+from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher
+from omegaconf import OmegaConf
+
+from harness.cli.launcher import placement
+
+log = logging.getLogger(__name__)
+
+
+class WorldSizeSlurmLauncher(SlurmLauncher):
+    """See the module docstring."""
+
+    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        import submitit
+
+        assert self.config is not None and self.hydra_context is not None
+        per_node = int(self.params.get("tasks_per_node") or 1)
+        groups: dict[tuple[int, int], list[int]] = {}
+        for i, overrides in enumerate(job_overrides):
+            job = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
+            groups.setdefault(placement(int(job.world_size), per_node), []).append(i)
+
+        sweep_dir = Path(str(self.config.hydra.sweep.dir))
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        log.info(f"Submitit 'slurm' sweep output dir : {sweep_dir}")
+        results: list[JobReturn | None] = [None] * len(job_overrides)
+        pending = []
+        for (nodes, tasks), members in groups.items():
+            executor = submitit.AutoExecutor(cluster="slurm", folder=self.params["submitit_folder"],
+                                             slurm_max_num_timeout=self.params.get("max_num_timeout", 0))
+            executor.update_parameters(**self._queue_parameters(nodes, tasks))
+            calls = []
+            for i in members:
+                idx = initial_job_idx + i
+                log.info(f"\t#{idx} : {' '.join(filter_overrides(job_overrides[i]))} ({nodes} node(s) x {tasks} task(s))")
+                calls.append((list(job_overrides[i]), "hydra.sweep.dir", idx, f"job_id_for_{idx}",
+                              Singleton.get_state()))
+            pending.append((members, executor.map_array(self, *zip(*calls))))
+        for members, jobs in pending:  # every array is queued before any is waited for
+            for i, job in zip(members, jobs):
+                results[i] = job.results()[0]
+        return results  # type: ignore[return-value]
+
+    def _queue_parameters(self, nodes: int, tasks: int) -> dict[str, Any]:
+        """The executor's parameters: the preset's, with this placement's nodes and tasks (and as
+        many GPUs per node as tasks, where the preset asks for GPUs)."""
+        base = set(OmegaConf.structured(BaseQueueConf).keys())
+        params = {k: v for k, v in self.params.items() if k not in ("submitit_folder", "max_num_timeout")}
+        params.update(nodes=nodes, tasks_per_node=tasks)
+        if params.get("gpus_per_node"):
+            params["gpus_per_node"] = tasks
+        return {k if k in base else f"slurm_{k}": v for k, v in params.items()}

@@ -1,0 +1,142 @@
+"""Sweeps against a real Slurm cluster (``.ci/slurm-cluster up``): sbatch job arrays from the
+project's launcher preset, ranks from srun, failures and requeues as Slurm makes them.
+
+CPU settings throughout: ``launch.device=cpu``, gloo, one task per worker. Skipped with one line
+where no cluster is up.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+from harness.report.record import read
+from tests.helpers.cli import TINY, pipebench, run_cli
+
+pytestmark = pytest.mark.slurm
+
+# the preset as a CPU cluster runs it: no GPUs, two tasks per node (this machine's cores)
+SLURM = ["-m", "hydra/launcher=slurm", "hydra.launcher.gpus_per_node=null", "hydra.launcher.tasks_per_node=2",
+         "hydra.launcher.cpus_per_task=1", "hydra.launcher.timeout_min=10", "launch.device=cpu", "world_size=2"]
+
+
+def _cluster_up() -> str | None:
+    """Why the Slurm tests cannot run here, or None."""
+    if shutil.which("sinfo") is None:
+        return "no Slurm client (sinfo); start a cluster with .ci/slurm-cluster up"
+    done = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, timeout=30)
+    if done.returncode != 0 or not {"idle", "mixed", "allocated"} & set(done.stdout.split()):
+        return f"no Slurm node up ({(done.stderr or done.stdout).strip() or 'sinfo lists none'}); .ci/slurm-cluster up"
+    return None
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cluster():
+    reason = _cluster_up()
+    if reason:
+        pytest.skip(reason)
+    yield
+    # nothing of the tests is left queued or running
+    deadline = time.time() + 60
+    while time.time() < deadline and _queue():
+        time.sleep(1)
+    left = _queue()
+    subprocess.run(["scancel", "--user", os.environ.get("USER", "root")], capture_output=True)
+    assert not left, f"jobs left in the queue: {left}"
+
+
+def _queue() -> list[str]:
+    out = subprocess.run(["squeue", "-h", "-o", "%i %j %T"], capture_output=True, text=True, timeout=30).stdout
+    return [line for line in out.splitlines() if line.strip()]
+
+
+def _records(sweep: str) -> dict[str, dict]:
+    return {os.path.basename(os.path.dirname(p)): read(p) for p in glob.glob(os.path.join(sweep, "*", "metrics.json"))}
+
+
+def test_a_sweep_runs_as_a_slurm_job_array_with_ranks_from_srun(workdir):
+    sweep = os.path.join(workdir, "sweep")
+    proc = run_cli([*SLURM, *TINY, "strategy=dp,hippie", "train.micro_batches=2", f"hydra.sweep.dir={sweep}"],
+                   cwd=workdir, timeout=240)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    records = _records(sweep)
+    assert sorted(r["strategy"] for r in records.values()) == ["dp", "hippie"]
+    assert all(r["status"] == "ok" and r["world_size"] == 2 for r in records.values())
+    assert os.path.isfile(os.path.join(sweep, "results.md"))  # the sweep's table, by its end
+    # one Slurm job per point (an array), each with two tasks: submitit logs each task apart
+    logs = glob.glob(os.path.join(sweep, ".submitit", "*", "*_log.out"))
+    jobs = {os.path.basename(os.path.dirname(p)) for p in logs}
+    assert len(jobs) == 2 and all("_" in j for j in jobs), jobs  # <array id>_<index>
+    for job in jobs:
+        tasks = sorted(os.path.basename(p).split("_")[-2] for p in glob.glob(os.path.join(sweep, ".submitit", job, "*_log.out")))
+        assert tasks == ["0", "1"], (job, tasks)
+    for rec in records.values():  # rank 0 of a job of two tasks wrote it, with both ranks' figures
+        assert len(rec["peak_memory_per_rank"]) == 2
+
+
+def test_a_job_whose_worker_dies_fails_in_seconds_and_its_array_goes_on(workdir):
+    sweep = os.path.join(workdir, "sweep")
+    started = time.time()
+    proc = run_cli([*SLURM, *TINY, "train.steps=8", "launch.fault=none,exit", "launch.fault_rank=1",
+                    "launch.fault_step=3", f"hydra.sweep.dir={sweep}"], cwd=workdir, timeout=240)
+    assert proc.returncode == 1, proc.stderr[-3000:]  # one job failed, and the sweep says so
+    records = sorted(_records(sweep).values(), key=lambda r: r["status"])
+    assert [r["status"] for r in records] == ["failed", "ok"]
+    assert records[0]["error"].startswith("another rank's process ended during the run"), records[0]["error"]
+    err = glob.glob(os.path.join(sweep, ".submitit", "*_1", "*_1_log.err")) + glob.glob(os.path.join(sweep, ".submitit", "*", "*_0_log.err"))
+    assert any("task 1: Exited with exit code 3" in open(p).read() for p in err)  # Slurm names the task
+    assert records[0]["wall_time_s"] < 60 and time.time() - started < 200
+
+
+def _wait_for_state(job: str, state: str, timeout: float) -> None:
+    deadline = time.time() + timeout
+    while state not in " ".join(line for line in _queue() if line.startswith(job + " ")):
+        assert time.time() < deadline, f"job {job} did not become {state} in {timeout:.0f} s: {_queue()}"
+        time.sleep(0.3)
+
+
+def _wait_for(path: str, timeout: float) -> None:
+    deadline = time.time() + timeout
+    while not os.path.exists(path):
+        assert time.time() < deadline, f"{path} did not appear in {timeout:.0f} s"
+        time.sleep(0.2)
+
+
+@pytest.mark.parametrize("strategy,extra", [("hippie", ["train.micro_batches=2"]),
+                                            ("ashpipe", ["strategy.replicas=[1,1]"])])
+def test_a_requeued_job_resumes_from_its_checkpoint_to_the_same_loss(workdir, strategy, extra, capfd):
+    """``scontrol requeue`` kills the job mid-run and queues it again; the new start finds the last
+    periodic checkpoint in its run directory (SLURM_RESTART_COUNT) and ends where an uninterrupted
+    run ends."""
+    settings = [*TINY, f"strategy={strategy}", "world_size=2", "launch.device=cpu", *extra, "train.steps=300",
+                "train.checkpoint_every=10"]
+    straight = os.path.join(workdir, "straight")
+    assert pipebench(capfd, "run", *settings, f"hydra.run.dir={straight}").returncode == 0
+    sweep = os.path.join(workdir, "sweep")
+    proc = subprocess.Popen([sys.executable, "-m", "harness", *SLURM, *settings, f"hydra.sweep.dir={sweep}"],
+                            cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1", "WANDB_SILENT": "true"})
+    try:
+        _wait_for(os.path.join(sweep, f"0_{strategy}_w2", "checkpoints", "step10", "rank1.pt"), 120)
+        job = _queue()[0].split()[0]
+        subprocess.run(["scontrol", "requeue", job], check=True, capture_output=True, timeout=30)
+        # Slurm holds a requeued job back a while before it may start again (its begin time):
+        # let it start as soon as its resources are free
+        _wait_for_state(job, "PENDING", 60)
+        subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], check=True, capture_output=True,
+                       timeout=30)
+        out, err = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err[-3000:]
+    (rec,) = _records(sweep).values()
+    reference = read(os.path.join(straight, "metrics.json"))
+    assert rec["status"] == "ok" and rec["resumed"] == 1 and 10 <= rec["resumed_from_step"] < 300
+    assert rec["final_loss"] == pytest.approx(reference["final_loss"], abs=1e-6)
