@@ -295,7 +295,7 @@ def render(result: Against, fmt: str, name: str = "against") -> str:
             f"*{shown.caption_text()}*\n\nNo configuration ran in both A and B."
         return f"{body}\n\n{unmatched[0].upper()}{unmatched[1:]}"
     tex = to_latex(shown, name)
-    end = r"\end{table}"
+    end = r"\end{table*}"
     extra = rf"\par\smallskip\footnotesize {escape_tex(unmatched[0].upper() + unmatched[1:])}"
     return _latex_arrows(tex[: -len(end)] + extra + "\n" + end)
 

@@ -404,12 +404,14 @@ def escape_tex(text: str) -> str:
 
 
 def to_latex(table: Table, name: str = "results") -> str:
-    """A booktabs ``table`` float: caption and label, numbers right-aligned, blocks as sections,
+    """A booktabs ``table*`` float: caption and label, numbers right-aligned, blocks as sections,
     notes under the rule; needs ``\\usepackage{booktabs}``."""
     notes = table.notes()
     n = len(table.shown)
     spec = "".join("r" if _numeric(table, c) else "l" for c in table.shown)
-    lines = [r"\begin{table}[t]", r"\centering", r"\small", rf"\caption{{{escape_tex(table.caption_text())}}}",
+    # table*: a 10-column table spans both columns of a two-column paper (in one column, as table)
+    lines = [r"\begin{table*}[t]", r"\centering", r"\footnotesize", r"\setlength{\tabcolsep}{3pt}",
+             rf"\caption{{{escape_tex(table.caption_text())}}}",
              rf"\label{{tab:{''.join(ch if ch.isalnum() else '-' for ch in name)}}}",
              rf"\begin{{tabular}}{{{spec}}}", r"\toprule",
              " & ".join(escape_tex(c.label) for c in table.shown) + r" \\"]
@@ -428,7 +430,7 @@ def to_latex(table: Table, name: str = "results") -> str:
     if notes:
         lines.append(r"\par\smallskip\footnotesize")
         lines += [rf"\textsuperscript{{{k}}}\,{escape_tex(text)}\\" for text, k in notes.items()]
-    lines.append(r"\end{table}")
+    lines.append(r"\end{table*}")
     return "\n".join(lines)
 
 

@@ -49,6 +49,9 @@ def cluster():
     left = _queue()
     subprocess.run(["scancel", "--user", os.environ.get("USER", "root")], capture_output=True)
     assert not left, f"jobs left in the queue: {left}"
+    # and no task of theirs is left running on the node
+    tasks = subprocess.run(["pgrep", "-af", "submitit.core._submit"], capture_output=True, text=True).stdout
+    assert not tasks.strip(), f"processes left: {tasks}"
 
 
 def _queue() -> list[str]:
@@ -140,3 +143,23 @@ def test_a_requeued_job_resumes_from_its_checkpoint_to_the_same_loss(workdir, st
     reference = read(os.path.join(straight, "metrics.json"))
     assert rec["status"] == "ok" and rec["resumed"] == 1 and 10 <= rec["resumed_from_step"] < 300
     assert rec["final_loss"] == pytest.approx(reference["final_loss"], abs=1e-6)
+
+
+def test_each_job_of_a_sweep_gets_the_tasks_its_world_size_needs(workdir):
+    """The headline experiment's launch, scaled to this one-node CPU cluster: a sweep over world
+    sizes is one job array per placement, each job with as many tasks as ranks (Slurm's own
+    accounting says so)."""
+    sweep = os.path.join(workdir, "sweep")
+    proc = run_cli([*SLURM, *TINY, "strategy=dp", "world_size=1,2", f"hydra.sweep.dir={sweep}"], cwd=workdir,
+                   timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert sorted(r["world_size"] for r in _records(sweep).values()) == [1, 2]
+    # one submission per placement (an array of one job here), each job with a task per rank
+    jobs = {os.path.basename(os.path.dirname(p)) for p in glob.glob(os.path.join(sweep, ".submitit", "*", "*_log.out"))}
+    assert len(jobs) == 2, jobs
+    for job in jobs:
+        out = subprocess.run(["sacct", "-X", "-n", "-P", "-j", job.split("_")[0], "-o", "NNodes,State"],
+                             capture_output=True, text=True, timeout=30).stdout.split()
+        assert out and all(line == "1|COMPLETED" for line in out), (job, out)
+    counts = sorted(len(glob.glob(os.path.join(sweep, ".submitit", job, "*_log.out"))) for job in jobs)
+    assert counts == [1, 2], counts  # a task per rank: 1 for world_size=1, 2 for world_size=2

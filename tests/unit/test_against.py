@@ -150,7 +150,7 @@ def test_the_formats(tmp_path):
     assert float(row["throughput_samples_per_s_b"]) == pytest.approx(sum(NOISY) / 4) and row["runs_a"] == "4"
     tex = render(result, "latex", "a against b")
     assert "\\label{tab:a-against-b}" in tex and "$\\downarrow$" in tex and "↓" not in tex
-    assert "\\textbf{0.800 [" in tex and tex.rstrip().endswith("\\end{table}")
+    assert "\\textbf{0.800 [" in tex and tex.rstrip().endswith("\\end{table*}")
     with pytest.raises(ValueError, match="unknown format"):
         render(result, "html")
 

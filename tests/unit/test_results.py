@@ -255,15 +255,19 @@ def test_each_committed_table_is_what_the_command_writes_from_its_records(study)
 
 
 @pytest.mark.skipif(shutil.which("pdflatex") is None, reason="pdflatex is not installed (texlive-latex-recommended)")
-def test_the_latex_table_compiles(tmp_path):
+@pytest.mark.parametrize("choice,page", [("paper", "twocolumn]{article}\\usepackage[textwidth=7in]{geometry}"),
+                                         ("all", "]{article}\\usepackage[margin=1cm,landscape]{geometry}")])
+def test_the_latex_table_compiles_and_the_paper_set_fits_a_two_column_page(tmp_path, choice, page):
     folder = os.path.join(os.path.dirname(__file__), "..", "..", "results", "ci")
-    body = render(load_records([folder]), "latex", "all", name="ci")
-    (tmp_path / "t.tex").write_text("\\documentclass{article}\\usepackage{booktabs}\\usepackage[margin=1cm,landscape]{geometry}"
-                                     "\\begin{document}\n" + body + "\n\\end{document}\n")
+    body = render(load_records([folder]), "latex", choice, name="ci")
+    (tmp_path / "t.tex").write_text("\\documentclass[" + page + "\\usepackage{booktabs}\\begin{document}\n" + body
+                                     + "\n\\end{document}\n")
     done = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "t.tex"], cwd=tmp_path,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout[-2000:]
     assert (tmp_path / "t.pdf").stat().st_size > 0
+    if choice == "paper":  # the default table within a 7 in text width (IEEE, ACM), as a table*
+        assert "Overfull \\hbox" not in done.stdout
 
 
 def _drawn(monkeypatch, draw, records, tmp_path) -> list:
