@@ -107,7 +107,7 @@ class StepLog:
             if work is not None:
                 work.wait()
             self.pending.pop(0)
-            if self.path is None:
+            if not self.ctx.is_main:
                 continue
             row.update({"train/loss": float(values[0] / max(values[1], 1)),
                         self.memory_key: float(values[2:].max()) / 2**20})
@@ -116,6 +116,8 @@ class StepLog:
                 self._print(row)
 
     def _write(self, row: dict) -> None:
+        if self.path is None:
+            return
         try:
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
             with open(self.path, "a") as f:
@@ -138,9 +140,8 @@ class StepLog:
     def evaluated(self, point: dict) -> None:
         """An evaluation's row (rank 0), after the rows of the steps before it."""
         self._collect(wait=True)
-        if self.path is not None:
-            self._write({"step": point["step"], "test/accuracy": point["accuracy"], "test/loss": point["loss"],
-                         "time_s": round(time.perf_counter() - self.started, 3)})
+        self._write({"step": point["step"], "test/accuracy": point["accuracy"], "test/loss": point["loss"],
+                     "time_s": round(time.perf_counter() - self.started, 3)})
 
     def close(self) -> None:
         self._collect(wait=True)
