@@ -27,6 +27,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from harness.cli.launcher import placement
 from harness.config.choices import unknown_choice
 from harness.config.registry import CONFIG_DIR
 from harness.config.schema import register_configs
@@ -97,6 +98,20 @@ def _groups() -> set[str]:
     return {d for d in os.listdir(CONFIG_DIR) if os.path.isdir(os.path.join(CONFIG_DIR, d))}
 
 
+def _slurm_placement_error(composed: DictConfig) -> str | None:
+    """Why the project's Slurm launcher cannot place this job, in one line (None if it can)."""
+    if "WorldSizeSlurmLauncher" not in str(OmegaConf.select(composed, "hydra.launcher._target_", default="")):
+        return None
+    if OmegaConf.select(composed, "hydra.launcher.nodes", default=1) != 1:
+        return ("hydra.launcher.nodes is not read with hydra/launcher=slurm: each job gets the nodes its "
+                "world_size needs (world_size / hydra.launcher.tasks_per_node); leave it out")
+    try:
+        placement(int(composed.world_size), int(OmegaConf.select(composed, "hydra.launcher.tasks_per_node") or 1))
+    except ConfigError as e:
+        return str(e)
+    return None
+
+
 def check_overrides(overrides: list[str]) -> str | None:
     """Why Hydra would refuse ``overrides`` (or silently ignore one), in one line; None if it will
     take them. Call inside :func:`composing`."""
@@ -126,10 +141,9 @@ def check_overrides(overrides: list[str]) -> str | None:
     try:
         for job in _probes(overrides):
             composed = compose(config_name="config", overrides=job, return_hydra_config=True)
-            if "WorldSizeSlurmLauncher" in str(OmegaConf.select(composed, "hydra.launcher._target_", default="")) \
-                    and OmegaConf.select(composed, "hydra.launcher.nodes", default=1) != 1:
-                return ("hydra.launcher.nodes is not read with hydra/launcher=slurm: each job gets the nodes its "
-                        "world_size needs (world_size / hydra.launcher.tasks_per_node); leave it out")
+            message = _slurm_placement_error(composed)
+            if message:
+                return message
     except (HydraException, OmegaConfBaseException, ValueError) as e:
         return _composition_error(e, job)
     return None

@@ -183,6 +183,10 @@ def test_each_slurm_job_gets_the_nodes_its_world_size_needs(capsys):
         commands.main(["run", "-m", "hydra/launcher=slurm", "hydra.launcher.nodes=2", "world_size=16"])
     assert refused.value.code == 2
     assert capsys.readouterr().err.startswith("error: hydra.launcher.nodes is not read with hydra/launcher=slurm")
+    with pytest.raises(SystemExit) as refused:  # and a world size the nodes cannot hold, before anything runs
+        commands.main(["run", "-m", "hydra/launcher=slurm", "world_size=8,12"])
+    assert refused.value.code == 2
+    assert capsys.readouterr().err.startswith("error: world_size=12 does not fill whole nodes of 8 tasks")
 
 
 def _declared_rules():
