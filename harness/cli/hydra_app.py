@@ -112,7 +112,7 @@ def _slurm_placement_error(composed: DictConfig) -> str | None:
     return None
 
 
-def check_overrides(overrides: list[str]) -> str | None:
+def check_overrides(overrides: list[str], placed: bool = True) -> str | None:
     """Why Hydra would refuse ``overrides`` (or silently ignore one), in one line; None if it will
     take them. Call inside :func:`composing`."""
     message = unknown_choice(overrides, CONFIG_DIR)
@@ -141,7 +141,7 @@ def check_overrides(overrides: list[str]) -> str | None:
     try:
         for job in _probes(overrides):
             composed = compose(config_name="config", overrides=job, return_hydra_config=True)
-            message = _slurm_placement_error(composed)
+            message = _slurm_placement_error(composed) if placed else None
             if message:
                 return message
     except (HydraException, OmegaConfBaseException, ValueError) as e:
@@ -167,11 +167,12 @@ def _composition_error(e: BaseException, job: list[str]) -> str:
     return f"{text}{': ' + _first_line(cause) if cause is not None else ''} (in the job {' '.join(job)})"
 
 
-def refuse_bad_overrides(args: list[str]) -> None:
+def refuse_bad_overrides(args: list[str], placed: bool = True) -> None:
     """Exit 2 with one ``error:`` line, before anything runs, if Hydra would refuse the overrides in
-    ``args`` or a key among them is unknown."""
+    ``args`` or a key among them is unknown (``placed``: or the Slurm launcher could not place a
+    job; the preview lists such a job as refused instead)."""
     with composing():
-        message = check_overrides(overrides_of(args))
+        message = check_overrides(overrides_of(args), placed)
     if message:
         print(f"error: {message}", file=sys.stderr)
         raise SystemExit(2)

@@ -79,7 +79,7 @@ def describe(job: list[str], shown: list[str]) -> dict:
 
 def main(args: list[str]) -> int:
     args = [a for a in args if a not in SWEEP_FLAGS] or [MAIN_JOB]
-    refuse_bad_overrides(args)
+    refuse_bad_overrides(args, placed=False)  # a job Slurm cannot place is refused on its own line
     with composing():
         jobs = sweep_jobs(overrides_of(args))
         repeats = any(o.startswith("repeat=") and o != "repeat=0" for job in jobs for o in job)
