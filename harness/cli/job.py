@@ -3,7 +3,6 @@ point of a sweep); the command itself is :mod:`harness.commands.run`."""
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
@@ -17,8 +16,7 @@ from harness.core.comm import env_rank_info
 from harness.core.errors import ConfigError
 from harness.report import record as record_mod
 from harness.report.environment import environment
-from harness.report.figures import run_name
-from harness.report.traces import chrome_trace
+from harness.report.traces import write_trace
 from harness.report.wandb_run import LiveRun
 from harness.run import launch, preemption
 
@@ -103,7 +101,7 @@ def task(cfg: DictConfig) -> None:
         raise
     if rec.get("status") == "running":  # a non-zero rank under torchrun/Slurm: rank 0 reports
         return
-    _write_trace(rec, output_dir)
+    write_trace(rec, output_dir)  # the run's step for Perfetto, beside its record
     live.finish(rec, 0 if rec["status"] == "ok" else 1)
     if rec["status"] == "ok":
         print(summary_line(rec, output_dir), flush=True)
@@ -118,11 +116,3 @@ def _written(output_dir: str) -> dict:
         return record_mod.read(os.path.join(output_dir, "metrics.json"))
     except Exception:  # the wandb run ends with its exit code all the same
         return {}
-
-
-def _write_trace(rec: dict, output_dir: str) -> None:
-    """The run's step as a Chrome trace beside its record (harness.report.traces), where it has spans."""
-    trace = chrome_trace(rec) if rec.get("status") == "ok" else None
-    if trace:
-        with open(os.path.join(output_dir, f"trace_{run_name(rec)}.json"), "w") as f:
-            json.dump(trace, f, separators=(",", ":"))

@@ -17,7 +17,6 @@ hatch, the same in every figure of a sweep (:class:`Styles`).
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from contextlib import contextmanager
@@ -28,7 +27,7 @@ import matplotlib
 import pandas as pd
 
 from harness.report.statistics import interval
-from harness.report.traces import chrome_trace
+from harness.report.traces import run_name, write_trace
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -380,12 +379,6 @@ def _stages(layout: dict) -> str:
     return f"stage {layout.get('stage', '?')}"
 
 
-def run_name(record: dict) -> str:
-    """A file-name stem for one configuration: 'hippie_recompute-auto_w2'."""
-    variant = re.sub(r"[^A-Za-z0-9]+", "-", record.get("variant") or "").strip("-")
-    return f"{record.get('strategy')}{'_' + variant if variant else ''}_w{record.get('world_size')}"
-
-
 def timeline_rows(record: dict, key: str) -> list[tuple[str, list]]:
     """(label, spans) of each row of a timeline: a rank, or each stage of a process that drives
     several; ``key`` is ``events`` (our runtime's actions in its last timed step) or
@@ -446,15 +439,7 @@ def timelines(records: list[dict], out_dir: str) -> list[str]:
 
 def traces(records: list[dict], out_dir: str) -> list[str]:
     """Each run's step as a Chrome trace for Perfetto (harness.report.traces), beside its timelines."""
-    paths = []
-    for r in records:
-        trace = chrome_trace(r) if r.get("status") == "ok" else None
-        if trace:
-            os.makedirs(out_dir, exist_ok=True)
-            paths.append(os.path.join(out_dir, f"trace_{run_name(r)}.json"))
-            with open(paths[-1], "w") as f:
-                json.dump(trace, f, separators=(",", ":"))
-    return paths
+    return [path for r in records for path in [write_trace(r, out_dir)] if path]
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,8 @@ ranks of one machine, so their tracks line up).
 
 from __future__ import annotations
 
+import json
+import os
 import re
 
 _ACTION = re.compile(r"^(\d*)(RECV_F|RECV_B|SEND_F|SEND_B|STEP|GPU|F|B|I|W)(\d*)(\*?)$")
@@ -126,3 +128,21 @@ def chrome_trace(record: dict) -> dict | None:
                           "bubble_measured": record.get("bubble_measured"),
                           "bubble_replayed": record.get("bubble_replayed"),
                           "idle_breakdown": record.get("idle_breakdown")}}
+
+
+def run_name(record: dict) -> str:
+    """A file-name stem for one configuration: 'hippie_recompute-auto_w2'."""
+    variant = re.sub(r"[^A-Za-z0-9]+", "-", record.get("variant") or "").strip("-")
+    return f"{record.get('strategy')}{'_' + variant if variant else ''}_w{record.get('world_size')}"
+
+
+def write_trace(record: dict, out_dir: str) -> str | None:
+    """``trace_<run>.json`` in ``out_dir`` for a successful run with spans; its path, or None."""
+    trace = chrome_trace(record) if record.get("status") == "ok" else None
+    if not trace:
+        return None
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, f"trace_{run_name(record)}.json")
+    with open(path, "w") as f:
+        json.dump(trace, f, separators=(",", ":"))
+    return path
