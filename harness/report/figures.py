@@ -17,6 +17,7 @@ hatch, the same in every figure of a sweep (:class:`Styles`).
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from contextlib import contextmanager
@@ -31,6 +32,10 @@ from harness.report.traces import run_name, write_trace
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+
+# embedding TrueType fonts in a PDF (pdf.fonttype 42) subsets them with fontTools, which logs every
+# glyph it keeps at INFO: hundreds of lines in a sweep's log under Hydra's logging
+logging.getLogger("fontTools").setLevel(logging.WARNING)
 
 COLUMN_IN, PAGE_IN = 3.5, 7.0  # a paper's column and its two-column text width
 _RC = {"font.size": 8, "axes.titlesize": 8, "axes.labelsize": 8, "xtick.labelsize": 8, "ytick.labelsize": 8,
