@@ -21,7 +21,7 @@ from harness.report.wandb_run import LiveRun
 from harness.run import launch, preemption
 
 
-def _known_fields(cfg: DictConfig) -> dict:
+def known_fields(cfg: DictConfig) -> dict:
     """What a refused run's record can still say about it (interpolations may be broken)."""
     get = lambda key: OmegaConf.select(cfg, key, default=None, throw_on_missing=False)  # noqa: E731
     return {"strategy": get("strategy.name"), "model": get("model.name"), "data": get("data.name"),
@@ -77,7 +77,7 @@ def task(cfg: DictConfig) -> None:
         spec = build_spec(cfg)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
-        record_mod.write(output_dir, record_mod.failed_record(_known_fields(cfg), f"invalid config: {e}"))
+        record_mod.write(output_dir, record_mod.failed_record(known_fields(cfg), f"invalid config: {e}"))
         if multirun:
             return  # the other jobs of the sweep go on; the table shows this one as failed
         raise SystemExit(2)

@@ -122,9 +122,10 @@ def resume_point(run_dir: str) -> tuple[str | None, int]:
     if not os.path.isfile(os.path.join(run_dir, "checkpoints", "latest")):
         return None, 0
     marker = read_marker(run_dir)
+    # Slurm counts every requeue of the job, warned or not; the marker counts the warned stops
+    restarts = int(os.environ.get("SLURM_RESTART_COUNT") or 0)
     if marker is not None:
-        return run_dir, marker["stops"]
+        return run_dir, max(marker["stops"], restarts)
     # requeued by Slurm without a warning (scontrol requeue, a node failure): from its last
     # periodic checkpoint (train.checkpoint_every)
-    restarts = int(os.environ.get("SLURM_RESTART_COUNT") or 0)
     return (run_dir, restarts) if restarts else (None, 0)

@@ -64,6 +64,7 @@ def train(spec: RunSpec, ctx: comm_mod.DistContext, progress: bool = True, local
     rate = lr_factor(t, steps)
     log = StepLog(spec, ctx, first_step, lambda k: t.lr * rate(k), bar=progress)
     stopped_at = None  # the step after which a preemption stopped the run (harness.run.preemption)
+    stopping = False  # every rank agreed to stop (at this step, or at the next checkpoint)
     for step in range(first_step, steps):
         _inject_fault(spec, ctx.rank, step)
         x, y = dataset.train_batch(order, step)
@@ -86,7 +87,11 @@ def train(spec: RunSpec, ctx: comm_mod.DistContext, progress: bool = True, local
         saved = bool(t.checkpoint_every and ((step + 1) % t.checkpoint_every == 0 or step + 1 == steps))
         if saved:
             _save_checkpoint(strategy, spec, comm, step + 1, history)
-        if spec.preemptible and step + 1 < steps and _agree_to_stop(comm, preemption.stop_requested(spec.output_dir)):
+        if spec.preemptible and not stopping and step + 1 < steps:
+            stopping = _agree_to_stop(comm, preemption.stop_requested(spec.output_dir))
+        # a strategy whose checkpoint changes its training stops at its next periodic checkpoint,
+        # where the uninterrupted run checkpoints too: the resumed run is then that run exactly
+        if stopping and step + 1 < steps and (saved or not (strategy.checkpoint_changes_training and t.checkpoint_every)):
             if not saved:
                 _save_checkpoint(strategy, spec, comm, step + 1, history)
             stopped_at = step + 1

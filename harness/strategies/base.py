@@ -85,6 +85,9 @@ class Strategy(ABC):
     Config: ClassVar[type] = StrategyConfig
     # False: the strategy moves whole minibatches; a sweep's train.micro_batches is recorded as 1
     takes_micro_batches: ClassVar[bool] = True
+    # True: a checkpoint changes the training that follows it (quiesce drains an asynchronous
+    # pipeline), so a preempted run stops only where every run checkpoints (harness.run.worker)
+    checkpoint_changes_training: ClassVar[bool] = False
 
     def __init__(self, spec, layers: list[nn.Module], ctx: DistContext, comm: Comm):
         self.spec, self.ctx, self.comm = spec, ctx, comm

@@ -10,16 +10,19 @@ Hydra only loads launchers from its ``hydra_plugins`` namespace: this folder is 
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from typing import Any, Sequence
 
 from hydra.core.singleton import Singleton
-from hydra.core.utils import JobReturn, filter_overrides
+from hydra.core.utils import JobReturn, JobStatus, filter_overrides
 from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher
-from omegaconf import OmegaConf
+from omegaconf import OmegaConf, open_dict
 
+from harness.cli.job import known_fields
 from harness.cli.launcher import placement
+from harness.report import record
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +58,31 @@ class WorldSizeSlurmLauncher(SlurmLauncher):
             pending.append((members, executor.map_array(self, *zip(*calls))))
         for members, jobs in pending:  # every array is queued before any is waited for
             for i, job in zip(members, jobs):
-                results[i] = job.results()[0]
+                results[i] = self._rank0_result(job, job_overrides[i], initial_job_idx + i)
         return results  # type: ignore[return-value]
+
+    def _rank0_result(self, job, overrides: Sequence[str], idx: int) -> JobReturn:
+        """What the job's first task (rank 0) returned: its process writes the job's record, ok or
+        failed (a job whose other rank died has a failed one), and its result is there as soon as
+        it ends. Where rank 0 itself returned nothing (killed, its node lost), a failed record is
+        written in the job's folder here, so that the sweep's table and exit status show the job,
+        and the sweep goes on to its table instead of ending in a traceback."""
+        from submitit.core.utils import UncompletedJobError
+
+        try:
+            return job.task(0).result()
+        except UncompletedJobError:
+            cfg = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
+            with open_dict(cfg):
+                cfg.hydra.job.num = idx  # the job's folder name uses it, as Hydra sets it in the job
+            run_dir = os.path.join(str(cfg.hydra.sweep.dir), str(cfg.hydra.sweep.subdir))
+            state = job.task(0).state
+            error = f"Slurm job {job.job_id} ended ({state}) without rank 0's result; its logs: {job.paths.folder}"
+            log.error(f"{' '.join(filter_overrides(overrides))}: {error}")
+            if not os.path.isfile(os.path.join(run_dir, record.RECORD_FILE)):
+                record.write(run_dir, record.failed_record(known_fields(cfg), error))
+            # Hydra's status is whether the launcher has a return; the record says the job failed
+            return JobReturn(overrides=list(overrides), cfg=cfg, working_dir=run_dir, status=JobStatus.COMPLETED)
 
     def _queue_parameters(self, nodes: int, tasks: int) -> dict[str, Any]:
         """The executor's parameters: the preset's, with this placement's nodes and tasks (and as

@@ -108,6 +108,7 @@ class AshPipeStrategy(Strategy):
     name = "ashpipe"
     Config = AshPipeConfig
     takes_micro_batches = False  # one whole minibatch at a time
+    checkpoint_changes_training = True  # quiesce drains the pipeline
 
     @classmethod
     def check(cls, spec) -> None:
