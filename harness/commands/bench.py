@@ -10,11 +10,13 @@ micro-batches and no recomputation:
 - ``dp_w1``: DP at one worker (the one-worker, one-thread throughput T1);
 - ``dp_w2``: DP at two workers;
 - ``hippie``, ``pipelining``, ``deepspeed``: synchronous 1F1B on two stages;
+- ``hippie_zb_h1``: Hippie on ZB-H1 (its backward split, W passes in 1F1B's bubble), same stages;
 - ``ashpipe``: AshPipe as a real two-stage asynchronous pipeline, replicas [1, 1].
 
 It prints, per model, each configuration's median samples/s and its spread
 (min-max over the repeats), the start-up time (command start to the first
-training step of the 2-worker runs) and the ratios: Hippie / best peer 1F1B,
+training step of the 2-worker runs) and the ratios: Hippie / best peer 1F1B, Hippie ZB-H1 / Hippie
+and / best peer 1F1B,
 Hippie / bubble bound (2 T1 m / (m + p - 1)), AshPipe / DP, AshPipe / no-bubble
 bound (2 T1). Where the bounds are missed, it says why from the runs' profiled steps
 (measured one way for every strategy): the compute a sample costs in each
@@ -45,6 +47,7 @@ def configurations(model: str) -> dict[str, list[str]]:
         "dp_w1": ["strategy=dp", "world_size=1"],
         "dp_w2": ["strategy=dp", "world_size=2"],
         "hippie": ["strategy=hippie", *pipeline, "strategy.recompute=none"],
+        "hippie_zb_h1": ["strategy=hippie", *pipeline, "strategy.recompute=none", "strategy.schedule=zb_h1"],
         "pipelining": ["strategy=pipelining", *pipeline],
         "deepspeed": ["strategy=deepspeed", *pipeline],
         "ashpipe": ["strategy=ashpipe", "world_size=2", "strategy.replicas=[1,1]",
@@ -105,6 +108,8 @@ def summarise(runs: dict[str, dict[str, list[dict]]]) -> dict:
                                      "runs": len(v), "failed": sum(r["status"] != "ok" for r in configs[name])}
                               for name, v in tp.items()},
             "ratios": {"hippie / best peer 1F1B": ratio(med["hippie"], max(peers) if peers else None),
+                       "hippie_zb_h1 / hippie": ratio(med["hippie_zb_h1"], med["hippie"]),
+                       "hippie_zb_h1 / best peer 1F1B": ratio(med["hippie_zb_h1"], max(peers) if peers else None),
                        "hippie / bubble bound": ratio(med["hippie"], bubble_bound),
                        "ashpipe / dp_w2": ratio(med["ashpipe"], med["dp_w2"]),
                        "ashpipe / no-bubble bound": ratio(med["ashpipe"], 2 * t1 if t1 else None)},

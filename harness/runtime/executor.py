@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import nn
+from torch.distributed.pipelining._backward import stage_backward_input, stage_backward_weight
 from torch.nn.utils.stateless import _reparametrize_module
 from torch.utils.checkpoint import checkpoint
 
@@ -36,12 +37,19 @@ def _weights(module: nn.Module, version: dict[str, torch.Tensor]):
     return _reparametrize_module(module, version)
 
 
+def _grad_accumulator(p: torch.Tensor):
+    """The autograd node that accumulates leaf ``p``'s gradient (how torch's split backward names
+    the parameters of each weight-gradient part)."""
+    return p.view_as(p).grad_fn.next_functions[0][0]
+
+
 def _same_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
 
 
 # where an action's time goes in the split (sends and STEP: their parts are marked inside)
-_KIND = {sch.FWD: "compute_s", sch.BWD: "compute_s", sch.RECV_F: "idle_s", sch.RECV_B: "idle_s"}
+_KIND = {sch.FWD: "compute_s", sch.BWD: "compute_s", sch.BWD_I: "compute_s", sch.BWD_W: "compute_s",
+         sch.RECV_F: "idle_s", sch.RECV_B: "idle_s"}
 
 _EVAL_TAGS = 1 << 22  # evaluation messages never share a tag with training ones
 
@@ -175,6 +183,11 @@ class GradSync:
         for p, t in zip(masters, copies):
             t.register_post_accumulate_grad_hook(lambda _t, p=p: self._on_grad_ready(p))
 
+    def ready(self, p: torch.Tensor) -> None:
+        """``p``'s gradient is final (a split backward's W pass says so; a whole backward's
+        accumulation hooks call this themselves)."""
+        self._on_grad_ready(p)
+
     def _on_grad_ready(self, p: torch.Tensor) -> None:
         if not self.armed:
             return
@@ -275,6 +288,7 @@ class StageExecutor:
         self._reset_state()
 
     def _reset_state(self) -> None:
+        self._weight_parts: dict[int, list[dict]] = {}  # per micro-batch: what its W pass starts from
         self._inputs: dict[int, torch.Tensor] = {}
         self._outputs: dict[int, torch.Tensor] = {}
         self._losses: dict[int, torch.Tensor] = {}
@@ -507,6 +521,43 @@ class StageExecutor:
         if version is not None:
             self._free_versions.append(version)
 
+    def _I(self, a: sch.Action) -> None:
+        """The input-gradient part of micro-batch ``a.micro``'s backward: the gradient the previous
+        stage waits for, and nothing else. The gradients reaching the parameters' own operations
+        are kept for the W pass (torch.distributed.pipelining's split of the autograd graph), so
+        the two parts together compute one backward once. The first stage's input needs no
+        gradient: its I does nothing and its W runs the whole backward."""
+        if self.plan.is_first:
+            return
+        if self.plan.is_last:
+            outputs, grads = [self._losses.pop(a.micro)], None
+        else:
+            out, grad = self._outputs.pop(a.micro), self._grads.pop(a.micro)
+            outputs, grads = [out], [grad.to(out.dtype)]
+        inp = self._inputs[a.micro]
+        _, self._weight_parts[a.micro] = stage_backward_input(outputs, grads, [inp], self._masters)
+        # as in _B: a received gradient handed on as the input's own is still to be sent
+        if grads is not None and (inp.grad is None or not _same_storage(inp.grad, grads[0])):
+            self._release(grads[0])
+
+    def _W(self, a: sch.Action) -> None:
+        """The weight-gradient part: accumulates into the stage's gradient buckets. Under ``reduce``
+        (the step's last W) each parameter's gradient is final once its part is done: its bucket's
+        replica all-reduce starts then, while the pass goes on with the other parameters."""
+        if self.plan.is_first:
+            return self._B(sch.Action(sch.BWD, a.micro, reduce=a.reduce))
+        if a.reduce and self.grad_sync is not None:
+            self.grad_sync.arm()
+        param_of = {_grad_accumulator(p): p for p in self._masters}
+        for part in self._weight_parts.pop(a.micro):
+            params = [param_of[acc] for acc in part["params"]]
+            stage_backward_weight(self._masters, [part])
+            if a.reduce and self.grad_sync is not None:
+                for p in params:
+                    self.grad_sync.ready(p)
+        if a.reduce and self.grad_sync is not None:
+            self.grad_sync.backward_done()
+
     def _SEND_B(self, a: sch.Action) -> None:
         inp = self._inputs.pop(a.micro)
         self._send(inp.grad, a.micro, self._pieces(a.micro, towards_next=False), "src", tag=_tag(a.micro, grad=True, base=self._tag_base))
@@ -529,7 +580,7 @@ class StageExecutor:
     # every action kind this executor runs, and the method that runs it (DeepSpeed's engine keeps
     # the same kind of table); a schedule with another kind is refused before launch
     ACTIONS = {sch.RECV_F: _RECV_F, sch.FWD: _F, sch.SEND_F: _SEND_F, sch.RECV_B: _RECV_B, sch.BWD: _B,
-               sch.SEND_B: _SEND_B, sch.STEP: _STEP}
+               sch.BWD_I: _I, sch.BWD_W: _W, sch.SEND_B: _SEND_B, sch.STEP: _STEP}
 
     @classmethod
     def unsupported(cls, lists: list[list[sch.Action]]) -> list[str]:

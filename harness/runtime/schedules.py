@@ -139,6 +139,8 @@ SCHEDULES: dict[str, Schedule] = {s.name: s for s in (
              library="GPipe", ours=True),
     Schedule("1f1b", "one forward one backward with a flush (PipeDream-flush, Megatron's default)",
              _ours(sch.one_f_one_b), library="1F1B", ours=True),
+    Schedule("zb_h1", "zero bubble at 1F1B's memory: split backward, W passes fill 1F1B's bubble (ZB-H1, "
+             "Qi et al. 2024)", _ours(sch.zb_h1), splits_backward=True, ours=True),
     Schedule(ASYNC, "asynchronous 1F1B, no flush, one minibatch at a time (PipeDream, AshPipe)",
              _ours(sch.async_1f1b), asynchronous=True, ours=True),
     Schedule("interleaved_1f1b", "1F1B over v stages per rank in loop placement (Narayanan et al. 2021)",

@@ -1,11 +1,14 @@
 """Hippie's gradient all-reduce runs under the last backward, measured from its own launches.
 
 With several buckets per stage, every bucket but possibly the last must start before the
-last backward of the iteration ends; the test fails if reduction waits for the optimizer step.
+last backward of the iteration ends (under a split backward: the last weight-gradient pass);
+the test fails if reduction waits for the optimizer step.
 """
 
 import json
 import os
+
+import pytest
 
 from harness.core.comm import Comm
 from harness.core.data import BatchOrder, load
@@ -27,9 +30,11 @@ def record_overlap(ctx, spec, out_dir):
         json.dump([s["allreduce"] for s in strategy.step_stats], f)
 
 
-def test_hippie_starts_bucket_all_reduces_before_its_last_backward_ends(tmp_path):
+@pytest.mark.parametrize("schedule", ["1f1b", "zb_h1"])
+def test_hippie_starts_bucket_all_reduces_before_its_last_backward_ends(tmp_path, schedule):
     spec = make_spec("strategy=hippie", "world_size=4", "strategy.stages=2", "train.global_batch=16",
                      "train.micro_batches=2", "strategy.bucket_mb=0.02", "strategy.recompute=none",
+                     f"strategy.schedule={schedule}",
                      "data.train_size=64", "data.test_size=32")
     spawn(4, record_overlap, spec, str(tmp_path))
     for rank in range(4):

@@ -33,14 +33,19 @@ GROUPS = {
     "w2": (2, 2, {"dp": ["strategy=dp", "train.global_batch=13"],
                   "hippie": ["strategy=hippie", "train.global_batch=13", "train.micro_batches=3",
                              "strategy.recompute=auto"],
-                  "pipelining": ["strategy=pipelining", "train.global_batch=16", "train.micro_batches=2"]}),
+                  "pipelining": ["strategy=pipelining", "train.global_batch=16", "train.micro_batches=2"],
+                  # our split backward: W passes deferred into 1F1B's bubble
+                  "hippie_zb_h1": ["strategy=hippie", "strategy.schedule=zb_h1", "train.global_batch=13",
+                                   "train.micro_batches=4", "strategy.recompute=auto"]}),
     "deepspeed": (2, 2, {"deepspeed": ["strategy=deepspeed", "train.global_batch=16", "train.micro_batches=2"]}),
     # torch pipelining's multi-stage schedules: two stages per rank, loop and V placement
     "pipelining_multi": (2, 2, {s: ["strategy=pipelining", f"strategy.schedule={s}", "train.global_batch=16",
                                     "train.micro_batches=4"]
                                 for s in ("interleaved_1f1b", "looped_bfs", "zero_bubble", "zbv", "dualpipev")}),
     "w4": (4, 4, {"hippie_2x2": ["strategy=hippie", "strategy.stages=2", "train.global_batch=13",
-                                 "train.micro_batches=2", "strategy.bucket_mb=0.01"]}),
+                                 "train.micro_batches=2", "strategy.bucket_mb=0.01"],
+                  "hippie_2x2_zb_h1": ["strategy=hippie", "strategy.stages=2", "strategy.schedule=zb_h1",
+                                       "train.global_batch=13", "train.micro_batches=3", "strategy.bucket_mb=0.01"]}),
     "gpipe": (2, 1, {"gpipe": ["strategy=gpipe", "train.global_batch=13", "train.micro_batches=3"]}),
 }
 # the recipe ViTs are trained with on CIFAR: Nesterov momentum, a warm-up then a cosine learning rate,
@@ -50,6 +55,8 @@ RECIPE = ["train.optimizer=sgd", "train.momentum=0.9", "train.nesterov=true", "t
 RECIPE_GROUPS = {
     "w2": (2, 2, {"dp": ["strategy=dp", "train.global_batch=13"],
                   "hippie": ["strategy=hippie", "train.global_batch=13", "train.micro_batches=3"],
+                  "hippie_zb_h1": ["strategy=hippie", "strategy.schedule=zb_h1", "train.global_batch=13",
+                                   "train.micro_batches=3"],
                   "pipelining_zbv": ["strategy=pipelining", "strategy.schedule=zbv", "train.global_batch=16",
                                      "train.micro_batches=4"]}),
     "w4": (4, 4, {"hippie_2x2": ["strategy=hippie", "strategy.stages=2", "train.global_batch=13",

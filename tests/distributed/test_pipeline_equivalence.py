@@ -21,10 +21,13 @@ COMMON = ["train.global_batch=13", "train.optimizer=sgd", "train.momentum=0", "t
 # world size -> layouts (stages, micro-batches, extra overrides); replicas = world / stages
 GRID = {
     2: [(2, 1, []), (2, 2, []), (2, 4, ["strategy.recompute=all"]), (2, 3, ["strategy.boundaries=[1]"]),
-        (2, 4, ["strategy.schedule=gpipe", "strategy.recompute=auto"]), (1, 3, ["strategy.recompute=all"])],
+        (2, 4, ["strategy.schedule=gpipe", "strategy.recompute=auto"]), (1, 3, ["strategy.recompute=all"]),
+        (2, 4, ["strategy.schedule=zb_h1", "strategy.recompute=none"]),
+        (2, 3, ["strategy.schedule=zb_h1", "strategy.recompute=all"])],
     3: [(3, 3, ["strategy.boundaries=[1,5]"]), (3, 4, ["strategy.recompute=auto"])],
     4: [(4, 4, []), (4, 3, ["strategy.recompute=all"]), (2, 2, []), (2, 3, ["strategy.recompute=all", "strategy.bucket_mb=0.01"]),
-        (2, 1, ["strategy.schedule=gpipe"])],
+        (2, 1, ["strategy.schedule=gpipe"]), (4, 6, ["strategy.schedule=zb_h1", "strategy.recompute=all"]),
+        (2, 4, ["strategy.schedule=zb_h1", "strategy.bucket_mb=0.01"])],
     6: [(3, 2, ["strategy.recompute=auto"])],
     8: [(4, 2, ["strategy.recompute=all"])],
 }

@@ -27,7 +27,7 @@ def test_every_backward_follows_its_forward_and_each_micro_batch_runs_once(name,
         assert len(reduce) == 1 and reduce[0] is [a for a in acts if a.op == sch.BWD][-1]
 
 
-@pytest.mark.parametrize("name", ["gpipe", "1f1b"])
+@pytest.mark.parametrize("name", ["gpipe", "1f1b", "zb_h1"])
 @pytest.mark.parametrize("p,m", GRID)
 def test_sends_pair_with_receives_and_the_plan_is_deadlock_free(name, p, m):
     lists = schedules.get(name).lists(p, 1, m)
@@ -141,6 +141,25 @@ def test_1f1b_keeps_at_most_p_minus_s_micro_batches_in_flight(p, m):
         assert timeline.max_in_flight(s) == min(p - s, m)
 
 
+@pytest.mark.parametrize("p,m", GRID)
+def test_zb_h1_splits_every_backward_keeps_1f1b_memory_and_leaves_less_bubble(p, m):
+    lists = schedules.get("zb_h1").lists(p, 1, m)
+    for acts in lists:
+        position = {(a.op, a.micro): i for i, a in enumerate(acts)}
+        for op in (sch.FWD, sch.BWD_I, sch.BWD_W):
+            assert sorted(a.micro for a in acts if a.op == op) == list(range(m)), (op, acts)
+        assert all(position[sch.FWD, k] < position[sch.BWD_I, k] < position[sch.BWD_W, k] for k in range(m))
+        assert not any(a.op == sch.BWD for a in acts)
+        # the step's last weight-gradient pass starts the all-reduce; the step comes last
+        assert [a for a in acts if a.reduce] == [[a for a in acts if a.op == sch.BWD_W][-1]]
+        assert acts[-1].op == sch.STEP and sum(a.op == sch.STEP for a in acts) == 1
+    zb, one_f_one_b = sch.replay(lists), sch.replay(sch.one_f_one_b(p, m))
+    for s in range(p):  # a micro-batch is held from its forward to its W: as 1F1B holds it to its backward
+        assert zb.max_in_flight(s) <= min(p - s, m)
+    idle = lambda t: sum(t.idle_fraction(s) for s in range(p)) / p  # noqa: E731
+    assert idle(zb) < idle(one_f_one_b) if p > 1 else idle(zb) == idle(one_f_one_b) == 0
+
+
 @pytest.mark.parametrize("p,m", [(2, 4), (4, 4), (4, 8), (3, 5)])
 def test_gpipe_keeps_all_micro_batches_in_flight(p, m):
     timeline = sch.replay(sch.gpipe(p, m))
@@ -183,8 +202,7 @@ def test_every_schedule_the_registry_gives_our_runtime_has_only_actions_its_exec
 
     for name in schedules.names(ours=True, asynchronous=None):
         assert StageExecutor.unsupported(schedules.get(name).lists(3, 1, 4)) == [], name
-    # the split backward's parts are the library's until our executor maps them
-    assert StageExecutor.unsupported(schedules.get("zbv").lists(2, 2, 4)) == ["I", "W"]
+    assert StageExecutor.unsupported([[sch.Action(sch.FWD, 0), sch.Action("X", 0), sch.Action(sch.STEP)]]) == ["X"]
 
 
 def test_an_action_kind_the_executor_lacks_is_refused_before_launch_in_one_line():
@@ -192,8 +210,10 @@ def test_an_action_kind_the_executor_lacks_is_refused_before_launch_in_one_line(
     from harness.strategies.layout import refuse_unrunnable
 
     refuse_unrunnable(schedules.get("1f1b"), 2, 1, 4)  # runs
-    with pytest.raises(ConfigError, match="has actions I, W that our runtime's executor does not run"):
-        refuse_unrunnable(schedules.get("zbv"), 2, 2, 4)
+    odd = schedules.Schedule("odd", "a schedule with an action kind no method runs",
+                             lambda r, v, m: [[sch.Action(sch.FWD, 0), sch.Action("X", 0), sch.Action(sch.STEP)]])
+    with pytest.raises(ConfigError, match="has actions X that our runtime's executor does not run"):
+        refuse_unrunnable(odd, 1, 1, 1)
     with pytest.raises(ConfigError, match="at least as many microbatches as stages"):
         refuse_unrunnable(schedules.get("dualpipev"), 2, 2, 2)
 
