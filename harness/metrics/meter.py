@@ -207,8 +207,9 @@ def _comm_blocks(ops: list[tuple[int, int, str]], first: int) -> list[tuple[str,
     """Communication operators (start ns, end ns, kind) as (kind, start, end), seconds from ``first``."""
     return [(kind, (start - first) / 1e9, (end - first) / 1e9) for start, end, kind in sorted(ops)]
 _MERGE_GAP_NS = 100_000  # adjacent operators of one kind closer than this form one block
-# torch pipelining's multi-stage runtime names each action's span "PP:<stage><kind><micro-batch>":
-# the backward operators under its I and W actions are the two parts of a split backward
+# torch pipelining's multi-stage runtime names each action's span "PP:<stage><kind><micro-batch>"
+# (our executor names its I and W actions the same way): the backward operators under I and W
+# actions are the two parts of a split backward
 _LIBRARY_ACTION = re.compile(r"PP:\d+(F|B|I|W)\d+")
 
 
