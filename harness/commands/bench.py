@@ -15,8 +15,8 @@ micro-batches and no recomputation:
 
 It prints, per model, each configuration's median samples/s and its spread
 (min-max over the repeats), the start-up time (command start to the first
-training step of the 2-worker runs) and the ratios: Hippie / best peer 1F1B, Hippie ZB-H1 / Hippie
-and / best peer 1F1B,
+training step of the 2-worker runs) and the ratios: Hippie / best peer 1F1B,
+Hippie ZB-H1 / Hippie, Hippie ZB-H1 / best peer 1F1B,
 Hippie / bubble bound (2 T1 m / (m + p - 1)), AshPipe / DP, AshPipe / no-bubble
 bound (2 T1). Where the bounds are missed, it says why from the runs' profiled steps
 (measured one way for every strategy): the compute a sample costs in each

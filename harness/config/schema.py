@@ -120,10 +120,13 @@ class LaunchConfig:
     # torch intra-op threads per worker (0: cores / workers, at least 1)
     threads_per_worker: int = bounded(0, 0)
     backend: str = choice("auto", "auto", "gloo", "nccl")  # auto: nccl on CUDA, gloo on CPU
-    # fault injection, to test failure handling on a cluster: none | raise | exit | hang
-    fault: str = choice("none", "none", "raise", "exit", "hang")
+    # fault injection, to test failure handling on a cluster: none | raise | exit | hang | slow
+    # (slow: a straggler, sleeping launch.fault_sleep_s before each of its steps from fault_step on;
+    # the training itself is unchanged, its steps only last longer on the wall clock)
+    fault: str = choice("none", "none", "raise", "exit", "hang", "slow")
     fault_rank: int = bounded(1, 0)  # the rank launch.fault fails
     fault_step: int = bounded(2, 0)  # the step at which it fails
+    fault_sleep_s: float = bounded(0.1, 0)  # launch.fault=slow: the sleep before each step
     # stop at a preemption or time-limit signal with a checkpoint, to be requeued and resume by
     # itself (harness.run.preemption); unset: when the run is a submitit job (Slurm, submitit_local)
     preemptible: Optional[bool] = None

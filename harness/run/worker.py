@@ -161,7 +161,9 @@ def _agree_to_stop(comm, requested: bool) -> bool:
 def _inject_fault(spec: RunSpec, rank: int, step: int) -> None:
     """launch.fault: make one rank fail on purpose, to see the job end cleanly."""
     launch = spec.launch
-    if launch.fault == "none" or rank != launch.fault_rank or step != launch.fault_step:
+    if launch.fault == "slow" and rank == launch.fault_rank and step >= launch.fault_step:
+        time.sleep(launch.fault_sleep_s)
+    if launch.fault in ("none", "slow") or rank != launch.fault_rank or step != launch.fault_step:
         return
     if launch.fault == "raise":
         raise RuntimeError(f"injected fault on rank {rank} at step {step} (launch.fault=raise)")

@@ -148,7 +148,7 @@ class GradSync:
         self._launched_at: list = []  # (device-timer mark, launched under the armed backward)
         self._backward_end = None
         self.armed = False
-        self._hooks = [p.register_post_accumulate_grad_hook(self._on_grad_ready)
+        self._hooks = [p.register_post_accumulate_grad_hook(self.ready)
                        for bucket in self.buckets for p in bucket]
 
     def close(self) -> None:
@@ -181,14 +181,11 @@ class GradSync:
         stashing the backward accumulates into the copies, whose ``.grad`` is the master's
         (see the executor's stash), so the masters' own hooks never fire; the copies' do."""
         for p, t in zip(masters, copies):
-            t.register_post_accumulate_grad_hook(lambda _t, p=p: self._on_grad_ready(p))
+            t.register_post_accumulate_grad_hook(lambda _t, p=p: self.ready(p))
 
     def ready(self, p: torch.Tensor) -> None:
-        """``p``'s gradient is final (a split backward's W pass says so; a whole backward's
-        accumulation hooks call this themselves)."""
-        self._on_grad_ready(p)
-
-    def _on_grad_ready(self, p: torch.Tensor) -> None:
+        """``p``'s gradient is final: its accumulation hook says so after a whole backward, a split
+        backward's W pass after its part."""
         if not self.armed:
             return
         b = self._bucket_of[id(p)]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -25,6 +26,8 @@ from harness.cli.launcher import placement
 from harness.report import record
 
 log = logging.getLogger(__name__)
+
+_FREE_PORT = "import socket; s = socket.socket(); s.bind(('', 0)); print(s.getsockname()[1])"
 
 
 class WorldSizeSlurmLauncher(SlurmLauncher):
@@ -92,4 +95,8 @@ class WorldSizeSlurmLauncher(SlurmLauncher):
         params.update(nodes=nodes, tasks_per_node=tasks)
         if params.get("gpus_per_node"):
             params["gpus_per_node"] = tasks
+        # the ranks meet at a port free on the job's first node when the job starts, where the batch
+        # script runs: submitit would derive one from the job id, which another process on a shared
+        # node may hold (seen here: two jobs of an array side by side, EADDRINUSE)
+        params["setup"] = [f"export MASTER_PORT=$({sys.executable} -c {_FREE_PORT!r})", *(params.get("setup") or [])]
         return {k if k in base else f"slurm_{k}": v for k, v in params.items()}
