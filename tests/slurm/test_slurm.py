@@ -124,15 +124,17 @@ def test_jobs_requeued_by_scontrol_and_by_their_time_limit_resume_to_the_same_lo
     checkpoint exists, before its warning can come (a warning that meets a requeue can reach the
     next start before it handles signals, and kill it): no warning, so the next start resumes from
     that periodic checkpoint (SLURM_RESTART_COUNT). That start then runs into its time limit: the
-    warning stops the run at the end of a step with a checkpoint, submitit requeues the job (the
-    preset's max_num_timeout), and the last start ends where an uninterrupted run ends. The time
+    warning stops the run at the end of a step with a checkpoint, submitit requeues the job (as
+    often as max_num_timeout allows), and the last start ends where an uninterrupted run ends. The time
     limit is wall clock: rank 0 of each job is a straggler (``launch.fault=slow``, 0.1 s a step,
     which changes no number), so each start outlasts its warning whatever the machine's speed,
     while the two jobs sleep side by side (the partition lets two jobs share a CPU); the
     uninterrupted references, without the straggler, run afterwards."""
     settings = [*TINY, "world_size=2", "launch.device=cpu", "train.steps=500", "train.checkpoint_every=10"]
-    limited = [*SLURM, "hydra.launcher.timeout_min=1", "hydra.launcher.signal_delay_s=10", "launch.fault=slow",
-               "launch.fault_rank=0", "launch.fault_step=0", "launch.fault_sleep_s=0.1"]
+    # each start after the second is warned some 28 s in: room for as many as the steps need
+    limited = [*SLURM, "hydra.launcher.timeout_min=1", "hydra.launcher.signal_delay_s=10",
+               "hydra.launcher.max_num_timeout=8", "launch.fault=slow", "launch.fault_rank=0", "launch.fault_step=0",
+               "launch.fault_sleep_s=0.1"]
     sweeps = {s: os.path.join(workdir, s) for s in RESUMABLE}
 
     def start(strategy: str, *args: str) -> subprocess.Popen:
