@@ -27,7 +27,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from harness.cli.launcher import placement
+from harness.cli.launcher import placement, places_jobs
 from harness.config.choices import unknown_choice
 from harness.config.registry import CONFIG_DIR
 from harness.config.schema import register_configs
@@ -100,7 +100,7 @@ def _groups() -> set[str]:
 
 def _slurm_placement_error(composed: DictConfig) -> str | None:
     """Why the project's Slurm launcher cannot place this job, in one line (None if it can)."""
-    if "WorldSizeSlurmLauncher" not in str(OmegaConf.select(composed, "hydra.launcher._target_", default="")):
+    if not places_jobs(composed):
         return None
     if OmegaConf.select(composed, "hydra.launcher.nodes", default=1) != 1:
         return ("hydra.launcher.nodes is not read with hydra/launcher=slurm: each job gets the nodes its "

@@ -28,7 +28,15 @@ def placement(world_size: int, per_node: int) -> tuple[int, int]:
     return world_size // per_node, per_node
 
 
+def _launcher(config) -> str:
+    return str(OmegaConf.select(config, "hydra.launcher._target_", default="") or "")
+
+
 def slurm_launcher(config) -> bool:
     """Whether a composed config's launcher submits to Slurm (the jobs run on compute nodes)."""
-    target = str(OmegaConf.select(config, "hydra.launcher._target_", default="") or "")
-    return "Slurm" in target
+    return "Slurm" in _launcher(config)
+
+
+def places_jobs(config) -> bool:
+    """Whether a composed config's launcher is the project's, which gives each job :func:`placement`."""
+    return _launcher(config).endswith("WorldSizeSlurmLauncher")
