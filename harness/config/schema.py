@@ -127,6 +127,9 @@ class LaunchConfig:
     fault_rank: int = bounded(1, 0)  # the rank launch.fault fails
     fault_step: int = bounded(2, 0)  # the step at which it fails
     fault_sleep_s: float = bounded(0.1, 0)  # launch.fault=slow: the sleep before each step
+    # launch.fault=slow: a straggler only in the job's first N starts (0: in every start), as a
+    # slow node a requeue leaves behind
+    fault_starts: int = bounded(0, 0)
     # stop at a preemption or time-limit signal with a checkpoint, to be requeued and resume by
     # itself (harness.run.preemption); unset: when the run is a submitit job (Slurm, submitit_local)
     preemptible: Optional[bool] = None

@@ -162,7 +162,8 @@ def _inject_fault(spec: RunSpec, rank: int, step: int) -> None:
     """launch.fault: make one rank fail on purpose, to see the job end cleanly."""
     launch = spec.launch
     if launch.fault == "slow" and rank == launch.fault_rank and step >= launch.fault_step:
-        time.sleep(launch.fault_sleep_s)
+        if not launch.fault_starts or spec.resumed < launch.fault_starts:  # resumed: earlier starts
+            time.sleep(launch.fault_sleep_s)
     if launch.fault in ("none", "slow") or rank != launch.fault_rank or step != launch.fault_step:
         return
     if launch.fault == "raise":

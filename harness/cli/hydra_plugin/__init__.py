@@ -67,25 +67,39 @@ class WorldSizeSlurmLauncher(SlurmLauncher):
     def _rank0_result(self, job, overrides: Sequence[str], idx: int) -> JobReturn:
         """What the job's first task (rank 0) returned: its process writes the job's record, ok or
         failed (a job whose other rank died has a failed one), and its result is there as soon as
-        it ends. Where rank 0 itself returned nothing (killed, its node lost), a failed record is
-        written in the job's folder here, so that the sweep's table and exit status show the job,
-        and the sweep goes on to its table instead of ending in a traceback."""
-        from submitit.core.utils import UncompletedJobError
+        it ends. Where rank 0 returned no result (killed, its node lost) or Hydra's failed one (an
+        error outside the run, such as submitit refusing another requeue once the job has reached
+        its time limit ``max_num_timeout`` times), the job's failed record is written in its folder
+        here if the job left none, so that the sweep's table and exit status show the job, and the
+        sweep goes on to its table instead of ending in a traceback."""
+        from submitit.core.utils import FailedJobError, UncompletedJobError
 
         try:
-            return job.task(0).result()
-        except UncompletedJobError:
-            cfg = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
-            with open_dict(cfg):
-                cfg.hydra.job.num = idx  # the job's folder name uses it, as Hydra sets it in the job
-            run_dir = os.path.join(str(cfg.hydra.sweep.dir), str(cfg.hydra.sweep.subdir))
-            state = job.task(0).state
-            error = f"Slurm job {job.job_id} ended ({state}) without rank 0's result; its logs: {job.paths.folder}"
-            log.error(f"{' '.join(filter_overrides(overrides))}: {error}")
-            if not os.path.isfile(os.path.join(run_dir, record.RECORD_FILE)):
-                record.write(run_dir, record.failed_record(known_fields(cfg), error))
-            # Hydra's status is whether the launcher has a return; the record says the job failed
-            return JobReturn(overrides=list(overrides), cfg=cfg, working_dir=run_dir, status=JobStatus.COMPLETED)
+            result = job.task(0).result()
+            if result.status != JobStatus.FAILED:
+                return result
+            why = str(result._return_value).strip().rstrip(".")
+        except (UncompletedJobError, FailedJobError) as e:
+            why = f"ended ({job.task(0).state}) without rank 0's result"
+            if isinstance(e, FailedJobError) and str(e).strip():
+                why += f" ({str(e).strip().splitlines()[-1]})"
+        cfg = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
+        with open_dict(cfg):
+            cfg.hydra.job.num = idx  # the job's folder name uses it, as Hydra sets it in the job
+        run_dir = os.path.join(str(cfg.hydra.sweep.dir), str(cfg.hydra.sweep.subdir))
+        error = f"Slurm job {job.job_id}: {why}; its logs: {job.paths.folder}"
+        log.error(f"{' '.join(filter_overrides(overrides))}: {error}")
+        try:
+            rec = record.read(os.path.join(run_dir, record.RECORD_FILE))
+        except (OSError, ValueError):  # none, or one cut short when its process was killed
+            rec = None
+        if rec is None or rec.get("status") == "running":
+            record.write(run_dir, record.failed_record(known_fields(cfg), error))
+        elif rec.get("status") == "failed" and error not in rec.get("error", ""):
+            # such as a run stopped for a requeue that submitit then refused: say so
+            record.write(run_dir, {**rec, "error": f"{rec.get('error')}; then {error}"})
+        # Hydra's status is whether the launcher has a return; the record says the job failed
+        return JobReturn(overrides=list(overrides), cfg=cfg, working_dir=run_dir, status=JobStatus.COMPLETED)
 
     def _queue_parameters(self, nodes: int, tasks: int) -> dict[str, Any]:
         """The executor's parameters: the preset's, with this placement's nodes and tasks (and as
