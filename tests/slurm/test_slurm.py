@@ -55,6 +55,11 @@ def cluster():
     assert not tasks.strip(), f"processes left: {tasks}"
 
 
+def _nodes() -> str:
+    """The cluster's node list, as Slurm writes it (``vm,vm-b`` for .ci/slurm-cluster)."""
+    return subprocess.run(["sinfo", "-h", "-o", "%N"], capture_output=True, text=True, timeout=30).stdout.strip()
+
+
 def _queue() -> list[str]:
     out = subprocess.run(["squeue", "-h", "-o", "%i %j %T"], capture_output=True, text=True, timeout=30).stdout
     return [line for line in out.splitlines() if line.strip()]
@@ -107,7 +112,7 @@ def test_a_job_warned_more_often_than_max_num_timeout_allows_fails_and_its_sweep
     while the other job of the array completes; no traceback."""
     sweep = os.path.join(workdir, "sweep")
     # the straggler's job outlasts the signal; the other job is not slowed
-    proc = subprocess.Popen([sys.executable, "-m", "harness", *SLURM, *TINY, "train.steps=300",
+    proc = subprocess.Popen([sys.executable, "-m", "harness", *SLURM, *TINY, "train.steps=100",
                              "train.checkpoint_every=10", "hydra.launcher.max_num_timeout=0", "launch.fault=none,slow",
                              "launch.fault_rank=0", "launch.fault_step=0", f"hydra.sweep.dir={sweep}"],
                             cwd=workdir, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -214,21 +219,29 @@ def test_jobs_requeued_by_scontrol_and_by_their_time_limit_resume_to_the_same_lo
         assert rec["final_loss"] == pytest.approx(reference["final_loss"], abs=1e-6)
 
 
-def test_each_job_of_a_sweep_gets_the_tasks_its_world_size_needs(workdir):
-    """The headline experiment's launch, scaled to this one-node CPU cluster: a sweep over world
-    sizes is one job array per placement, each job with as many tasks as ranks (Slurm's own
-    accounting says so)."""
+def test_each_job_of_a_sweep_gets_the_nodes_and_tasks_its_world_size_needs(workdir):
+    """The headline experiment's launch, scaled to this CPU cluster of two nodes with two tasks
+    each: a sweep over world sizes is one job array per placement, each job on as many nodes and
+    with as many tasks as its ranks need (Slurm's own accounting says so): the job of two ranks on
+    one node, the job of four across both."""
     sweep = os.path.join(workdir, "sweep")
-    proc = run_cli([*SLURM, *TINY, "strategy=dp", "world_size=1,2", f"hydra.sweep.dir={sweep}"], cwd=workdir,
+    proc = run_cli([*SLURM, *TINY, "strategy=dp", "world_size=2,4", f"hydra.sweep.dir={sweep}"], cwd=workdir,
                    timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert sorted(r["world_size"] for r in _records(sweep).values()) == [1, 2]
+    records = sorted(_records(sweep).values(), key=lambda r: r["world_size"])
+    assert [r["world_size"] for r in records] == [2, 4] and all(r["status"] == "ok" for r in records)
+    assert len(records[1]["peak_memory_per_rank"]) == 4  # rank 0 gathered every rank's figures
     # one submission per placement (an array of one job here), each job with a task per rank
     jobs = {os.path.basename(os.path.dirname(p)) for p in glob.glob(os.path.join(sweep, ".submitit", "*", "*_log.out"))}
-    assert len(jobs) == 2, jobs
+    placed = {}
     for job in jobs:
-        out = subprocess.run(["sacct", "-X", "-n", "-P", "-j", job.split("_")[0], "-o", "NNodes,State"],
+        out = subprocess.run(["sacct", "-X", "-n", "-P", "-j", job.split("_")[0], "-o", "NNodes,NodeList,State"],
                              capture_output=True, text=True, timeout=30).stdout.split()
-        assert out and all(line == "1|COMPLETED" for line in out), (job, out)
-    counts = sorted(len(glob.glob(os.path.join(sweep, ".submitit", job, "*_log.out"))) for job in jobs)
-    assert counts == [1, 2], counts  # a task per rank: 1 for world_size=1, 2 for world_size=2
+        assert len(out) == 1 and out[0].endswith("|COMPLETED"), (job, out)
+        tasks = len(glob.glob(os.path.join(sweep, ".submitit", job, "*_log.out")))
+        placed[tasks] = out[0].rsplit("|", 1)[0]
+        if tasks == 4:  # submitit's log of each task names its node: two tasks on each
+            logs = [open(p).read() for p in glob.glob(os.path.join(sweep, ".submitit", job, "*_log.out"))]
+            assert sorted(sum(f"node={n}(2)" in log for log in logs) for n in (0, 1)) == [2, 2], logs[0][:2000]
+    assert placed[2].startswith("1|"), placed
+    assert placed[4] == f"2|{_nodes()}", placed
