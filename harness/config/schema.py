@@ -44,6 +44,11 @@ class ModelConfig:
     # biases on the attention's query, key and value projections (timm's default); the key's
     # gradient is zero in exact arithmetic (softmax ignores a shift shared by every key)
     qkv_bias: bool = True
+    # start from these weights instead of the seed's (fine-tuning): a local state dict in timm's
+    # format (a VisionTransformer's state_dict() saved with torch.save), or a run directory or
+    # checkpoints/step<N> folder of this harness. A classifier of another size (num_classes) is
+    # left at its initialisation; any other missing or differently shaped weight is refused
+    pretrained: Optional[str] = None
 
 
 @dataclass

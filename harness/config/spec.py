@@ -21,7 +21,7 @@ from harness.config.registry import strategy_class, strategy_classes
 from harness.config.schema import (ClusterConfig, DataConfig, LaunchConfig, LoggerConfig, ModelConfig, RunConfig,
                                    SimConfig, TrainConfig)
 from harness.core.checkpoints import check_checkpoint, checkpoint_folder
-from harness.core.models import parameter_shapes
+from harness.core.models import parameter_shapes, pretrained_weights
 from harness.core.errors import ConfigError
 from harness.core.options import check_node
 from harness.strategies.base import PIPELINE_KEYS, Strategy, StrategyConfig
@@ -136,6 +136,12 @@ def build_spec(cfg: DictConfig | RunConfig, launching: bool = True) -> RunSpec:
         )
     if t.resume is not None:
         checkpoint_folder(t.resume)  # refuses a path without a checkpoint
+    if rc.model.pretrained is not None:  # readable, and weights of this model (read at build, not here)
+        rc.model.pretrained = os.path.abspath(rc.model.pretrained)  # the record names the file wherever it runs
+        if len(pretrained_weights(rc.model)) < len(parameter_shapes(rc.model)):
+            print(f"note: model.pretrained={rc.model.pretrained} was trained for another number of classes; the "
+                  f"classifier for model.num_classes={rc.model.num_classes} starts from its initialisation",
+                  file=sys.stderr)
     data_mod.check_available(rc.data, rc.model.num_classes)
     cls.complete(spec)
     if t.micro_batches is None:  # unset: what this strategy's schedule takes (Strategy.default_micro_batches)

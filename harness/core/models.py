@@ -11,10 +11,15 @@ module only reads its fields.
 from __future__ import annotations
 
 import contextlib
+import os
+import zipfile
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from harness.core.checkpoints import checkpoint_folder
+from harness.core.errors import ConfigError
 
 
 class Embedding(nn.Module):
@@ -92,7 +97,86 @@ def build_layers(cfg, seed: int) -> list[nn.Module]:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         vit = build_timm_vit(cfg)
-    return [Embedding(vit, cfg.img_size), *vit.blocks, Head(vit)]
+    layers = [Embedding(vit, cfg.img_size), *vit.blocks, Head(vit)]
+    pretrained = getattr(cfg, "pretrained", None)
+    if pretrained and not next(vit.parameters()).is_meta:  # shapes only on the meta device
+        params = {f"{i}.{n}": p for i, layer in enumerate(layers) for n, p in layer.named_parameters()}
+        with torch.no_grad():
+            for key, tensor in pretrained_weights(cfg).items():
+                params[key].copy_(tensor)
+    return layers
+
+
+def _timm_names(cfg) -> dict[str, str]:
+    """Each parameter's name in the layer list ("<layer>.<name>") -> its name in timm's
+    VisionTransformer (its state_dict's keys), from the model built on the meta device."""
+    with torch.device("meta"):
+        vit = build_timm_vit(cfg)
+    timm = {id(p): n for n, p in vit.named_parameters()}
+    layers = [Embedding(vit, cfg.img_size), *vit.blocks, Head(vit)]
+    return {f"{i}.{n}": timm[id(p)] for i, layer in enumerate(layers) for n, p in layer.named_parameters()}
+
+
+# timm's classifier: left at its initialisation where the weights were trained for other classes
+_CLASSIFIER = ("head.weight", "head.bias")
+
+
+def pretrained_weights(cfg) -> dict[str, torch.Tensor]:
+    """``model.pretrained``'s weights keyed as the layer list names them ("<layer>.<name>"), memory-
+    mapped (read when copied): from a state dict in timm's format, or from every rank's file of a
+    checkpoint of this harness (a run directory or its ``checkpoints/step<N>``). A classifier of
+    another size is left out (the model keeps its own); anything else missing, unknown or of
+    another shape, or a file that cannot be read, is refused in one line naming the file."""
+    path = cfg.pretrained
+    names, shapes = _timm_names(cfg), parameter_shapes(cfg)
+    if os.path.isdir(path):  # a checkpoint of this harness: its ranks' parameters together
+        folder = checkpoint_folder(path)
+        files = sorted(f for f in os.listdir(folder) if f.startswith("rank") and f.endswith(".pt"))
+        loaded = {}
+        for f in files:
+            state = _load(os.path.join(folder, f))
+            if not isinstance(state.get("params"), dict):
+                raise ConfigError(f"model.pretrained: {os.path.join(folder, f)} is not a checkpoint of this harness")
+            loaded.update(state["params"])
+        source = folder
+    else:
+        state = _load(path)
+        unknown = sorted(set(state) - set(names.values()))
+        if unknown:
+            raise ConfigError(f"model.pretrained={path} holds {unknown[0]} (and {len(unknown) - 1} more), which "
+                              f"model={cfg.name} has no parameter of: it is not a timm VisionTransformer of this "
+                              "model's layout")
+        by_timm = {t: k for k, t in names.items()}
+        loaded = {by_timm[t]: v for t, v in state.items()}
+        source = path
+    weights = {}
+    for key, shape in shapes.items():
+        tensor, timm_name = loaded.get(key), names[key]
+        if tensor is not None and tuple(tensor.shape) != shape and timm_name in _CLASSIFIER:
+            continue  # trained for another number of classes
+        if tensor is None or tuple(tensor.shape) != shape:
+            held = "no such weight" if tensor is None else f"shape {tuple(tensor.shape)}"
+            raise ConfigError(f"model.pretrained={source} has {held} for {timm_name} where model={cfg.name} has "
+                              f"shape {shape}: point it at weights of this model")
+        weights[key] = tensor
+    return weights
+
+
+def _load(path: str) -> dict:
+    if not os.path.exists(path):
+        raise ConfigError(f"model.pretrained={path} does not exist: point it at a state dict in timm's format or a "
+                          "run directory written with train.checkpoint_every>0")
+    if not zipfile.is_zipfile(path):
+        raise ConfigError(f"model.pretrained={path} cannot be read: not a whole file written by torch.save (cut "
+                          "short, or another format)")
+    try:
+        state = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
+    except Exception as e:  # truncated, zeroed, not a torch archive, ...
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ConfigError(f"model.pretrained={path} cannot be read ({first[:200]})") from None
+    if not isinstance(state, dict) or not all(isinstance(k, str) for k in state):
+        raise ConfigError(f"model.pretrained={path} is not a state dict (name -> tensor)")
+    return state
 
 
 def num_layers(cfg) -> int:
