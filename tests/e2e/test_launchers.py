@@ -9,9 +9,11 @@ import sys
 import time
 
 import psutil
+import pytest
 
 from harness.core.comm import free_port
 from tests.helpers.cli import TINY, pipebench, run_cli
+from tests.helpers.slurm import cluster_down
 
 
 def test_two_job_multirun_through_submitit_local(workdir):
@@ -77,11 +79,14 @@ def _task_of(sweep: str):
     return None
 
 
+@pytest.mark.skipif(cluster_down() is None, reason="a Slurm cluster is up: tests/slurm preempts, requeues and "
+                    "resumes jobs for real, through the same code")
 def test_a_preempted_submitit_job_checkpoints_is_requeued_and_resumes_by_itself(workdir, capfd):
-    """submitit_local on this machine, as Slurm would: the job's task gets the preemption signal
-    mid-run (after its first checkpoint), stops at the end of a step with a checkpoint, submitit
-    requeues it, and the requeued job resumes in the same run directory; one record, marked resumed,
-    with the loss curve of the whole run. AshPipe's checkpoint drains its pipeline, which changes
+    """Where no Slurm cluster runs the tests marked `slurm`: submitit_local on this machine, as
+    Slurm would: the job's task gets the preemption signal mid-run (after its first checkpoint),
+    stops at the end of a step with a checkpoint, submitit requeues it, and the requeued job
+    resumes in the same run directory; one record, marked resumed, with the loss curve of the
+    whole run. AshPipe's checkpoint drains its pipeline, which changes
     the training after it: the run goes on to its next periodic checkpoint and stops there, so it
     ends where the uninterrupted run ends."""
     sweep = os.path.join(workdir, "sweep")

@@ -10,7 +10,6 @@ from __future__ import annotations
 import glob
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ import pytest
 
 from harness.report.record import read
 from tests.helpers.cli import TINY, run_cli
+from tests.helpers.slurm import cluster_down
 
 pytestmark = pytest.mark.slurm
 
@@ -27,19 +27,9 @@ SLURM = ["-m", "hydra/launcher=slurm", "hydra.launcher.gpus_per_node=null", "hyd
          "hydra.launcher.cpus_per_task=1", "hydra.launcher.timeout_min=10", "launch.device=cpu", "world_size=2"]
 
 
-def _cluster_up() -> str | None:
-    """Why the Slurm tests cannot run here, or None."""
-    if shutil.which("sinfo") is None:
-        return "no Slurm client (sinfo); start a cluster with .ci/slurm-cluster up"
-    done = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, timeout=30)
-    if done.returncode != 0 or not {"idle", "mixed", "allocated"} & set(done.stdout.split()):
-        return f"no Slurm node up ({(done.stderr or done.stdout).strip() or 'sinfo lists none'}); .ci/slurm-cluster up"
-    return None
-
-
 @pytest.fixture(scope="module", autouse=True)
 def cluster():
-    reason = _cluster_up()
+    reason = cluster_down()
     if reason:
         pytest.skip(reason)
     yield
@@ -89,52 +79,44 @@ def test_a_sweep_runs_as_a_slurm_job_array_with_ranks_from_srun(workdir):
         assert len(rec["peak_memory_per_rank"]) == 2
 
 
-def test_a_job_whose_worker_dies_fails_in_seconds_and_its_array_goes_on(workdir):
+def test_failed_jobs_end_with_a_record_and_the_rest_of_their_array_goes_on(workdir):
+    """Three jobs of one array: one completes; in one a worker dies (rank 1 exits at step 3), and
+    the job fails in seconds; one is sent Slurm's time-limit warning (SIGUSR2, here by hand, as
+    Slurm sends it to a job's tasks) with no requeue allowed (``max_num_timeout=0``): its run stops
+    with a checkpoint, submitit refuses to requeue it (Hydra's job returns an error, not a record)
+    and the job ends failed, its record saying why. The sweep writes its table, exits 1, and shows
+    no traceback."""
     sweep = os.path.join(workdir, "sweep")
     started = time.time()
-    proc = run_cli([*SLURM, *TINY, "train.steps=8", "launch.fault=none,exit", "launch.fault_rank=1",
-                    "launch.fault_step=3", f"hydra.sweep.dir={sweep}"], cwd=workdir, timeout=240)
-    assert proc.returncode == 1, proc.stderr[-3000:]  # one job failed, and the sweep says so
-    records = sorted(_records(sweep).values(), key=lambda r: r["status"])
-    assert [r["status"] for r in records] == ["failed", "ok"]
-    assert records[0]["error"].startswith("another rank's process ended during the run"), records[0]["error"]
-    err = glob.glob(os.path.join(sweep, ".submitit", "*_1", "*_1_log.err")) + glob.glob(os.path.join(sweep, ".submitit", "*", "*_0_log.err"))
-    assert any("task 1: Exited with exit code 3" in open(p).read() for p in err)  # Slurm names the task
-    assert records[0]["wall_time_s"] < 60 and time.time() - started < 200
-    # the sweep's launcher took rank 0's result and went on to the table: no traceback
-    assert os.path.isfile(os.path.join(sweep, "results.md")) and "Traceback" not in proc.stderr, proc.stderr[-3000:]
-
-
-def test_a_job_warned_more_often_than_max_num_timeout_allows_fails_and_its_sweep_goes_on(workdir):
-    """Slurm's time-limit warning (SIGUSR2, here sent by hand, as Slurm sends it to a job's tasks)
-    to a job allowed no requeue (``max_num_timeout=0``): the run stops with a checkpoint, submitit
-    refuses to requeue it (Hydra's job returns an error, not a record), and the job ends failed
-    while the other job of the array completes; no traceback."""
-    sweep = os.path.join(workdir, "sweep")
-    # the straggler's job outlasts the signal; the other job is not slowed
+    # the straggler (rank 1 from step 3, 0.1 s a step) outlasts the warning; the others are not slowed
     proc = subprocess.Popen([sys.executable, "-m", "harness", *SLURM, *TINY, "train.steps=100",
-                             "train.checkpoint_every=10", "hydra.launcher.max_num_timeout=0", "launch.fault=none,slow",
-                             "launch.fault_rank=0", "launch.fault_step=0", f"hydra.sweep.dir={sweep}"],
-                            cwd=workdir, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                             "train.checkpoint_every=10", "hydra.launcher.max_num_timeout=0",
+                             "launch.fault=none,exit,slow", "launch.fault_rank=1", "launch.fault_step=3",
+                             f"hydra.sweep.dir={sweep}"], cwd=workdir, text=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     try:
         deadline = time.time() + 120
-        while not glob.glob(os.path.join(sweep, "1_*", "checkpoints", "step10", "rank1.pt")):
+        while not glob.glob(os.path.join(sweep, "2_*", "checkpoints", "step10", "rank1.pt")):
             assert proc.poll() is None and time.time() < deadline, _queue()
             time.sleep(0.3)
-        (job,) = [j for j in os.listdir(os.path.join(sweep, ".submitit")) if j.endswith("_1")]
+        (job,) = [j for j in os.listdir(os.path.join(sweep, ".submitit")) if j.endswith("_2")]
         subprocess.run(["scancel", "--signal=USR2", job], check=True, capture_output=True, timeout=30)
         out, err = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 1, err[-3000:]  # the failed job is in the sweep's exit status
-    ok, slow = (rec for _, rec in sorted(_records(sweep).items()))  # job 0: no fault, job 1: the straggler
+    assert proc.returncode == 1, err[-3000:]  # the failed jobs are in the sweep's exit status
+    ok, died, warned = (rec for _, rec in sorted(_records(sweep).items()))  # jobs 0, 1, 2
     assert ok["status"] == "ok"
-    assert slow["status"] == "failed" and slow["error"].startswith("stopped by SIGUSR2"), slow["error"]
-    assert "timed-out too many times" in slow["error"]  # the record says why no requeue came
-    assert "timed-out too many times" in out and "Traceback" not in err, err[-3000:]
-    assert os.path.isfile(os.path.join(sweep, "results.md"))
+    assert died["status"] == "failed" and died["wall_time_s"] < 60
+    assert died["error"].startswith("another rank's process ended during the run"), died["error"]
+    logs = glob.glob(os.path.join(sweep, ".submitit", "*_1", "*_log.err"))
+    assert any("task 1: Exited with exit code 3" in open(p).read() for p in logs)  # Slurm names the task
+    assert warned["status"] == "failed" and warned["error"].startswith("stopped by SIGUSR2"), warned["error"]
+    assert "timed-out too many times" in warned["error"]  # the record says why no requeue came
+    assert "timed-out too many times" in out and time.time() - started < 200
+    # the sweep's launcher took rank 0's result and went on to the table: no traceback
+    assert os.path.isfile(os.path.join(sweep, "results.md")) and "Traceback" not in err, err[-3000:]
 
 
 def _release_requeued() -> None:
@@ -215,6 +197,8 @@ def test_jobs_requeued_by_scontrol_and_by_their_time_limit_resume_to_the_same_lo
         # one requeue by scontrol, one per warning (a start that reaches its limit again stops again)
         assert rec["status"] == "ok" and rec["resumed"] == 1 + warned["stops"], rec
         assert rec["resumed_from_step"] == warned["step"]
+        assert [step for step, _ in rec["loss_curve"]] == list(range(200))  # every start's steps, in one record
+        assert not glob.glob(os.path.join(sweeps[s], f"0_{s}_w2", ".stop"))
         reference = read(os.path.join(workdir, f"straight_{s}", "metrics.json"))
         assert rec["final_loss"] == pytest.approx(reference["final_loss"], abs=1e-6)
 
