@@ -36,7 +36,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"a column set ({', '.join(columns.set_names())}; default {columns.DEFAULT_SET}) or "
                              "comma-separated column keys (docs: reference/commands)")
     parser.add_argument("--out", metavar="DIR",
-                        help="write results.{md,csv,tex} and figures/ into DIR instead of printing the table")
+                        help="write results.{md,csv,tex} and figures/ into DIR instead of printing the table (and "
+                             "paired.{md,csv}, each configuration against DP by seed, where seeds pair with DP)")
     parser.add_argument("--figures", metavar="DIR", help="also draw the figures (PNG and PDF) into DIR")
     parser.add_argument("--against", nargs="+", metavar="B",
                         help="compare the SOURCE runs (A) with these: per configuration in both, each figure's "

@@ -38,6 +38,8 @@ from harness.report import columns
 from harness.report.columns import Column
 from harness.report.environment import environment
 from harness.report.figures import all_figures
+from harness.report.paired import against_reference
+from harness.report.paired import to_markdown as paired_markdown
 from harness.report.record import RECORD_FILE, read
 from harness.report.schema import RecordError, validate
 from harness.report.statistics import interval, mlperf_times, steps_to_target
@@ -464,6 +466,13 @@ def write_outputs(sources: list[str] | list[dict], out_dir: str, choice: str = c
         with open(path, "w") as f:
             f.write(tables[fmt] + "\n")
         written.append(path)
+    pairs = against_reference(records)
+    if pairs is not None:  # seeds of an accuracy study: each configuration against DP's run of its seed
+        for path, text in ((os.path.join(out_dir, "paired.md"), paired_markdown(pairs)),
+                           (os.path.join(out_dir, "paired.csv"), pairs.to_csv(index=False).rstrip("\n"))):
+            with open(path, "w") as f:
+                f.write(text + "\n")
+            written.append(path)
     if machine:
         with open(os.path.join(out_dir, "machine.json"), "w") as f:
             json.dump(environment(), f, indent=1)

@@ -1,0 +1,102 @@
+"""Each configuration against the reference (DP) run of the same seed: an accuracy study in the
+AshPipe paper's terms (`pipebench results` writes it as ``paired.md`` and ``paired.csv`` where a
+sweep has it).
+
+Per seed the target is the reference run's final top-1 minus ``margin`` (one point). For every
+configuration, over its seeds: the final top-1; how many runs reached that seed's target, the
+first evaluated step at or above it and the training time there (the run's own clock: the
+curve's ``elapsed_s``); and, paired by seed with the reference, the difference in final top-1
+and the time saved to the target (1 - time / reference's time; the reference reaches its own
+target at the latest at its last evaluation). Means with the half-width of their 95% interval
+over seeds (Student's t); paired statistics only over the seeds where both sides have a value.
+
+Runs pair with the reference where model, data, global batch, steps and precision agree (the
+workers may differ: a 3-stage pipeline pairs with 2-worker DP); where several reference
+configurations qualify, the one with the fewest workers is the reference.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from harness.report.statistics import interval
+
+PAIR_KEYS = ("model", "data", "global_batch", "steps", "precision")
+MARGIN = 0.01
+
+
+def _at_target(record: dict, target: float) -> tuple[int | None, float | None]:
+    """(step, training seconds) of the first evaluation at or above ``target``, or (None, None)."""
+    point = next((p for p in record.get("accuracy_curve") or []
+                  if p.get("accuracy") is not None and p["accuracy"] >= target), None)
+    return (point["step"], point.get("elapsed_s")) if point else (None, None)
+
+
+def _label(record: dict) -> str:
+    variant = record.get("variant")
+    name = f"{record['strategy']} ({variant})" if variant else record["strategy"]
+    return f"{name}, {record['world_size']} workers"
+
+
+def against_reference(records: list[dict], reference: str = "dp", margin: float = MARGIN) -> pd.DataFrame | None:
+    """One row per configuration paired with the reference by seed (see the module docstring), or
+    None where no configuration has a reference run of the same seed for two seeds or more."""
+    ok = [r for r in records if r.get("status") == "ok" and r.get("accuracy_curve") and r.get("accuracy") is not None]
+    by_key: dict[tuple, dict[int, dict]] = {}
+    for r in sorted((r for r in ok if r["strategy"] == reference), key=lambda r: r["world_size"]):
+        by_key.setdefault(tuple(r.get(k) for k in PAIR_KEYS), {}).setdefault(r["seed"], r)  # fewest workers first
+    rows: dict[tuple, list[dict]] = {}  # (pairing key, label) -> its runs, in the records' order
+    for r in ok:
+        key = tuple(r.get(k) for k in PAIR_KEYS)
+        ref = by_key.get(key, {}).get(r["seed"])
+        if ref is None:
+            continue
+        label = (key, _label(r))
+        rows.setdefault(label, [])
+        target = ref["accuracy"] - margin
+        step, seconds = _at_target(r, target)
+        _, ref_seconds = _at_target(ref, target)
+        paired = r is not ref  # the reference's own row has nothing to pair
+        rows[label].append({"seed": r["seed"], "top1": r["accuracy"], "steps": step, "seconds": seconds,
+                            "delta": r["accuracy"] - ref["accuracy"] if paired else None,
+                            "saving": 1 - seconds / ref_seconds if paired and seconds is not None and ref_seconds
+                            else None})
+    if not any(len({p["seed"] for p in pairs}) >= 2 for pairs in rows.values()):
+        return None
+    several = len({key for key, _ in rows}) > 1  # then each row names its model, data, batch, steps, precision
+    out = []
+    for (key, label), pairs in rows.items():
+        runs = pd.DataFrame(pairs)
+        shown = f"{label} [{', '.join(str(v) for v in key)}]" if several else label
+        row = {"configuration": shown, "seeds": len(runs),
+               "reached": f"{runs['steps'].notna().sum()}/{len(runs)}"}
+        for key, scale in (("top1", 100), ("delta", 100), ("steps", 1), ("seconds", 1), ("saving", 100)):
+            mean, half, _ = interval(runs[key].astype(float) * scale)
+            row[key], row[f"{key} ci95"] = mean, half
+        out.append(row)
+    return pd.DataFrame(out)
+
+
+_SHOWN = {  # column: (heading, digits)
+    "top1": ("top-1 %", 2), "delta": ("Δ top-1 vs DP (points, paired)", 2), "steps": ("steps to target", 0),
+    "seconds": ("s to target", 1), "saving": ("time saved vs DP % (paired)", 1),
+}
+
+
+def _cell(value: float, half: float, digits: int) -> str:
+    if value != value:  # no run reached the target, or the reference itself
+        return "–"
+    return f"{value:.{digits}f}" + (f" ± {half:.{digits}f}" if half == half else "")
+
+
+def to_markdown(table: pd.DataFrame, margin: float = MARGIN) -> str:
+    """The table with its caption: what the target is and how the figures are paired."""
+    lines = [f"*Against DP by seed: the target is each seed's DP final top-1 minus {margin * 100:g} point(s); "
+             "steps and seconds to target over the runs that reached it (the run's own training clock); paired "
+             "figures over the seeds where both reached it; mean ± half-width of the 95% interval over seeds.*", "",
+             "| configuration | seeds | reached | " + " | ".join(h for h, _ in _SHOWN.values()) + " |",
+             "|:--|--:|--:|" + "--:|" * len(_SHOWN)]
+    for _, row in table.iterrows():
+        cells = [_cell(row[k], row[f"{k} ci95"], d) for k, (_, d) in _SHOWN.items()]
+        lines.append(f"| {row['configuration']} | {row['seeds']} | {row['reached']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
