@@ -143,9 +143,9 @@ def pretrained_weights(cfg) -> dict[str, torch.Tensor]:
         state = _load(path)
         unknown = sorted(set(state) - set(names.values()))
         if unknown:
-            raise ConfigError(f"model.pretrained={path} holds {unknown[0]} (and {len(unknown) - 1} more), which "
-                              f"model={cfg.name} has no parameter of: it is not a timm VisionTransformer of this "
-                              "model's layout")
+            more = f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else ""
+            raise ConfigError(f"model.pretrained={path} holds {unknown[0]}{more}, which model={cfg.name} has no "
+                              "parameter of: it is not a timm VisionTransformer of this model's layout")
         by_timm = {t: k for k, t in names.items()}
         loaded = {by_timm[t]: v for t, v in state.items()}
         source = path

@@ -70,9 +70,9 @@ def against_reference(records: list[dict], reference: str = "dp", margin: float 
         shown = f"{label} [{', '.join(str(v) for v in key)}]" if several else label
         row = {"configuration": shown, "seeds": len(runs),
                "reached": f"{runs['steps'].notna().sum()}/{len(runs)}"}
-        for key, scale in (("top1", 100), ("delta", 100), ("steps", 1), ("seconds", 1), ("saving", 100)):
-            mean, half, _ = interval(runs[key].astype(float) * scale)
-            row[key], row[f"{key} ci95"] = mean, half
+        for figure, scale in (("top1", 100), ("delta", 100), ("steps", 1), ("seconds", 1), ("saving", 100)):
+            mean, half, _ = interval(runs[figure].astype(float) * scale)
+            row[figure], row[f"{figure} ci95"] = mean, half
         out.append(row)
     return pd.DataFrame(out)
 
