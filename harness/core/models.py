@@ -97,14 +97,22 @@ def build_layers(cfg, seed: int) -> list[nn.Module]:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         vit = build_timm_vit(cfg)
-    layers = [Embedding(vit, cfg.img_size), *vit.blocks, Head(vit)]
-    pretrained = getattr(cfg, "pretrained", None)
-    if pretrained and not next(vit.parameters()).is_meta:  # shapes only on the meta device
-        params = {f"{i}.{n}": p for i, layer in enumerate(layers) for n, p in layer.named_parameters()}
+    layers = _layers_of(vit, cfg)
+    if getattr(cfg, "pretrained", None) and not next(vit.parameters()).is_meta:  # shapes only on meta
+        params = _keyed(layers)
         with torch.no_grad():
             for key, tensor in pretrained_weights(cfg).items():
                 params[key].copy_(tensor)
     return layers
+
+
+def _layers_of(vit: nn.Module, cfg) -> list[nn.Module]:
+    return [Embedding(vit, cfg.img_size), *vit.blocks, Head(vit)]
+
+
+def _keyed(layers: list[nn.Module]) -> dict[str, nn.Parameter]:
+    """Every parameter keyed ``"<layer index>.<name>"``, as checkpoints name them."""
+    return {f"{i}.{n}": p for i, layer in enumerate(layers) for n, p in layer.named_parameters()}
 
 
 def _timm_names(cfg) -> dict[str, str]:
@@ -113,8 +121,7 @@ def _timm_names(cfg) -> dict[str, str]:
     with torch.device("meta"):
         vit = build_timm_vit(cfg)
     timm = {id(p): n for n, p in vit.named_parameters()}
-    layers = [Embedding(vit, cfg.img_size), *vit.blocks, Head(vit)]
-    return {f"{i}.{n}": timm[id(p)] for i, layer in enumerate(layers) for n, p in layer.named_parameters()}
+    return {key: timm[id(p)] for key, p in _keyed(_layers_of(vit, cfg)).items()}
 
 
 # timm's classifier: left at its initialisation where the weights were trained for other classes
@@ -189,7 +196,7 @@ def parameter_shapes(cfg) -> dict[str, tuple[int, ...]]:
     model built on the meta device (no memory)."""
     with torch.device("meta"):
         layers = build_layers(cfg, seed=0)
-    return {f"{i}.{n}": tuple(p.shape) for i, layer in enumerate(layers) for n, p in layer.named_parameters()}
+    return {key: tuple(p.shape) for key, p in _keyed(layers).items()}
 
 
 def count_parameters(layers: list[nn.Module]) -> int:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from harness.report.statistics import interval
+from harness.report.statistics import first_at_target, interval
 
 PAIR_KEYS = ("model", "data", "global_batch", "steps", "precision")
 MARGIN = 0.01
@@ -27,8 +27,7 @@ MARGIN = 0.01
 
 def _at_target(record: dict, target: float) -> tuple[int | None, float | None]:
     """(step, training seconds) of the first evaluation at or above ``target``, or (None, None)."""
-    point = next((p for p in record.get("accuracy_curve") or []
-                  if p.get("accuracy") is not None and p["accuracy"] >= target), None)
+    point = first_at_target({**record, "target_accuracy": target})
     return (point["step"], point.get("elapsed_s")) if point else (None, None)
 
 
