@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import logging
 import os
+import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -28,6 +30,16 @@ from harness.report import record
 log = logging.getLogger(__name__)
 
 _FREE_PORT = "import socket; s = socket.socket(); s.bind(('', 0)); print(s.getsockname()[1])"
+
+
+def _queued(job_id: str) -> bool:
+    """Whether Slurm still lists the job (pending or running again after a requeue)."""
+    try:
+        done = subprocess.run(["squeue", "-h", "-j", str(job_id), "-o", "%T"], capture_output=True, text=True,
+                              timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0 and bool(done.stdout.strip())
 
 
 class WorldSizeSlurmLauncher(SlurmLauncher):
@@ -74,15 +86,24 @@ class WorldSizeSlurmLauncher(SlurmLauncher):
         sweep goes on to its table instead of ending in a traceback."""
         from submitit.core.utils import FailedJobError, UncompletedJobError
 
-        try:
-            result = job.task(0).result()
-            if result.status != JobStatus.FAILED:
-                return result
-            why = str(result._return_value).strip().rstrip(".")
-        except (UncompletedJobError, FailedJobError) as e:
-            why = f"ended ({job.task(0).state}) without rank 0's result"
-            if isinstance(e, FailedJobError) and str(e).strip():
-                why += f" ({str(e).strip().splitlines()[-1]})"
+        while True:
+            try:
+                result = job.task(0).result()
+                if result.status != JobStatus.FAILED:
+                    return result
+                why = str(result._return_value).strip().rstrip(".")
+            except UncompletedJobError:
+                if _queued(job.job_id):
+                    # requeued: submitit's watcher saw the attempt that ended, not the job (seen here
+                    # when a time-limit requeue met its poll), so wait for the next attempt's result
+                    time.sleep(5)
+                    continue
+                why = f"ended ({job.task(0).state}) without rank 0's result"
+            except FailedJobError as e:
+                why = f"ended ({job.task(0).state}) without rank 0's result"
+                if str(e).strip():
+                    why += f" ({str(e).strip().splitlines()[-1]})"
+            break
         cfg = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
         with open_dict(cfg):
             cfg.hydra.job.num = idx  # the job's folder name uses it, as Hydra sets it in the job
