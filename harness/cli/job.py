@@ -37,8 +37,11 @@ def summary_line(rec: dict, output_dir: str) -> str:
     mem_s = f"{mem / 2**20:.1f} MiB" if mem else "n/a"
     speed = (f"{rec['throughput']:.1f} samples/s (step {rec['step_time_s'] * 1e3:.1f} ms)" if rec.get("throughput")
              else "no timed step")
-    return (f"ok {head}: {speed}, peak {mem_s}/rank, top-1 {rec['accuracy'] * 100:.1f}%, "
-            f"loss {rec['final_loss']:.3f}  [{output_dir}]")
+    loss = rec.get("final_loss")
+    loss_s = (f"diverged at step {rec['diverged_at_step']}" if rec.get("diverged_at_step") is not None
+              else f"loss {loss:.3f}" if loss is not None else "no loss")
+    top1 = f"{rec['accuracy'] * 100:.1f}%" if rec.get("accuracy") is not None else "n/a"
+    return f"ok {head}: {speed}, peak {mem_s}/rank, top-1 {top1}, {loss_s}  [{output_dir}]"
 
 
 def _run_preemptible(spec, output_dir: str) -> dict:

@@ -16,6 +16,7 @@ import os
 from harness.metrics.flops import layer_flops, utilisation
 from harness.metrics.meter import job_idle_fractions, step_time_summary
 from harness.metrics import idle
+from harness.report.record import diverged_at
 from harness.runtime.schedules import replayed_timeline, timeline_bubble
 
 
@@ -47,6 +48,8 @@ def job_figures(spec, strategy, gathered: list[dict], run: dict) -> dict:
         "test_loss": final["loss"],
         "final_loss": losses[-1][1],
         "loss_curve": losses,
+        # the run goes on (its accuracy is what divergence leaves); tables footnote it
+        "diverged_at_step": diverged_at(losses),
         "accuracy_curve": run["curve"],
         "time_to_target_s": run["reached_target_s"],
         "stopped_at_step": run["stopped_at"],

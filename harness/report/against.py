@@ -75,12 +75,9 @@ def _drop(identity: dict, name: str) -> bool:
     if name in identity:
         del identity[name]
         return True
-    *path, leaf = name.split(".")
-    node = identity.get("config")
-    for part in path:
-        node = node.get(part) if isinstance(node, dict) else None
-    if isinstance(node, dict) and leaf in node:
-        del node[leaf]
+    settings = identity.get("config") or {}  # flat: {"train.steps": 100, ...}
+    if name in settings:
+        del settings[name]
         return True
     return False
 
@@ -154,12 +151,6 @@ def compare(a: pd.DataFrame, b: pd.DataFrame, choice: str = columns.DEFAULT_SET,
     return Against(frame, figures, identifying, only, _differing(only), names, tuple(ignore))
 
 
-def _flat(value, prefix: str = "") -> dict:
-    if not isinstance(value, dict):
-        return {prefix: value}
-    return {k: v for key, sub in value.items() for k, v in _flat(sub, f"{prefix}.{key}" if prefix else key).items()}
-
-
 def _differing(only: dict[str, pd.DataFrame]) -> list[str]:
     """The settings in which a configuration only in A differs from one only in B that is the same
     in everything else, as ``train.steps (40 in A, 100 in B)``."""
@@ -169,10 +160,10 @@ def _differing(only: dict[str, pd.DataFrame]) -> list[str]:
             ia, ib = json.loads(ka), json.loads(kb)
             if {k: v for k, v in ia.items() if k != "config"} != {k: v for k, v in ib.items() if k != "config"}:
                 continue
-            fa, fb = _flat(ia.get("config") or {}, "config"), _flat(ib.get("config") or {}, "config")
+            fa, fb = ia.get("config") or {}, ib.get("config") or {}
             for name in sorted(set(fa) | set(fb)):
                 if fa.get(name) != fb.get(name):
-                    seen.setdefault(name.removeprefix("config."), set()).add((str(fa.get(name)), str(fb.get(name))))
+                    seen.setdefault(name, set()).add((str(fa.get(name)), str(fb.get(name))))
     return [f"{name} (" + " or ".join(f"{x} in A, {y} in B" for x, y in sorted(pairs)) + ")"
             for name, pairs in seen.items()]
 

@@ -18,6 +18,8 @@ from typing import Callable, Union
 
 import pandas as pd
 
+from harness.report.record import variant_text
+
 Source = Union[str, Callable[[pd.DataFrame], pd.Series]]
 
 
@@ -62,8 +64,9 @@ class Column:
 
 def _strategy(df: pd.DataFrame) -> pd.Series:
     """The strategy with the options that tell its runs apart, ``hippie (recompute=auto)``."""
-    variant = df["variant"].fillna("") if "variant" in df else pd.Series([""] * len(df), index=df.index)
-    return pd.Series([f"{s} ({v})" if v else s for s, v in zip(df["strategy"], variant)], index=df.index)
+    parts = [df[k] if k in df else pd.Series(None, index=df.index, dtype=object) for k in ("variant", "swept")]
+    shown = [variant_text({"variant": v, "swept": w}) for v, w in zip(*parts)]
+    return pd.Series([f"{s} ({v})" if v else s for s, v in zip(df["strategy"], shown)], index=df.index)
 
 
 def _bubble(df: pd.DataFrame) -> pd.Series:

@@ -27,6 +27,7 @@ from typing import Callable, Iterator
 import matplotlib
 import pandas as pd
 
+from harness.report.record import variant_text
 from harness.report.statistics import interval
 from harness.report.traces import run_name, write_trace
 
@@ -53,7 +54,7 @@ _WORKER_LINES = ["-", "--", ":", "-."]
 
 
 def config_key(record: dict) -> tuple[str, str, int]:
-    return (str(record.get("strategy")), record.get("variant") or "", int(record.get("world_size") or 0))
+    return (str(record.get("strategy")), variant_text(record), int(record.get("world_size") or 0))
 
 
 def config_label(record: dict, workers: bool = True) -> str:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from harness.report.record import variant_text
 from harness.report.statistics import first_at_target, interval
 
 PAIR_KEYS = ("model", "data", "global_batch", "steps", "precision")
@@ -32,7 +33,7 @@ def _at_target(record: dict, target: float) -> tuple[int | None, float | None]:
 
 
 def _label(record: dict) -> str:
-    variant = record.get("variant")
+    variant = variant_text(record)
     name = f"{record['strategy']} ({variant})" if variant else record["strategy"]
     return f"{name}, {record['world_size']} workers"
 

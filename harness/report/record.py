@@ -85,3 +85,52 @@ def read(path: str) -> dict:
     ValueError or OSError if it cannot be read at all."""
     with open(path) as f:
         return validate(json.load(f), path)
+
+
+def diverged_at(loss_curve) -> int | None:
+    """The first step whose training loss is not finite ([step, loss] pairs), None if none is."""
+    return next((step for step, loss in loss_curve or [] if loss is None or not math.isfinite(loss)), None)
+
+
+# settings that never change what a run measures: where data lives, how it is launched or resumed
+_NOT_SWEPT = ("data.root", "data.download", "data.verify_md5", "train.resume", "launch.")
+# what the tables and figures already show of a run (its columns and caption)
+_SHOWN = ("strategy", "variant", "world_size", "model", "data", "global_batch", "micro_batches", "device",
+          "precision")
+
+
+def _leaves(node, prefix: str = "") -> dict:
+    if isinstance(node, dict):
+        return {k: v for key, child in node.items() for k, v in _leaves(child, f"{prefix}{key}.").items()}
+    return {prefix.rstrip("."): json.dumps(node) if isinstance(node, (list, dict)) else node}
+
+
+def settings(record: dict) -> dict:
+    """The record's config as ``{"train.lr": 0.3, ...}``, less what does not change what it measures."""
+    return {k: v for k, v in _leaves(record.get("config") or {}).items() if not k.startswith(_NOT_SWEPT)}
+
+
+def mark_swept(records: list[dict]) -> list[dict]:
+    """Set each record's ``swept``: the settings (``lr=0.3``) that tell it apart from records a
+    table or figure would otherwise show as the same configuration (a sweep over ``train.lr``
+    of one strategy), '' where nothing does. Idempotent; returns ``records``."""
+    groups: dict[tuple, list[tuple[dict, dict]]] = {}
+    for r in records:
+        r["swept"] = ""
+        if not r.get("config"):  # refused before it started, or unreadable: nothing to compare
+            continue
+        groups.setdefault(tuple(str(r.get(k)) for k in _SHOWN), []).append((r, settings(r)))
+    for members in groups.values():
+        keys = sorted({k for _, leaves in members for k in leaves})
+        varying = [k for k in keys if len({json.dumps(leaves.get(k), default=str) for _, leaves in members}) > 1]
+        names = {k: k.rsplit(".", 1)[-1] for k in varying}
+        if len(set(names.values())) < len(names):  # two settings of one name: give their paths
+            names = {k: k for k in varying}
+        for r, leaves in members:
+            r["swept"] = ", ".join(f"{names[k]}={leaves.get(k)}" for k in varying)
+    return records
+
+
+def variant_text(record: dict) -> str:
+    """The options and swept settings that tell a strategy's runs apart, '' for none."""
+    return "; ".join(p for p in (record.get("variant"), record.get("swept")) if isinstance(p, str) and p)

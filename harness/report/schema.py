@@ -37,6 +37,7 @@ class RunRecord(BaseModel):
     peak_memory_per_rank: Optional[list[Optional[float]]]
     accuracy: Optional[float] = Field(ge=0, le=1)
     final_loss: Optional[float]
+    diverged_at_step: Optional[int] = Field(default=None, ge=0)  # the first step whose loss is not finite
     environment: Optional[dict] = None  # harness.report.environment (None only for a record made elsewhere)
     precision: Optional[Literal["fp32", "bf16"]] = None
     flops_per_step: Optional[float] = Field(default=None, ge=0)

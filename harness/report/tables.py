@@ -40,7 +40,7 @@ from harness.report.environment import environment
 from harness.report.figures import all_figures
 from harness.report.paired import against_reference
 from harness.report.paired import to_markdown as paired_markdown
-from harness.report.record import RECORD_FILE, read
+from harness.report.record import RECORD_FILE, diverged_at, mark_swept, read, settings
 from harness.report.schema import RecordError, validate
 from harness.report.statistics import interval, mlperf_times, steps_to_target
 
@@ -59,7 +59,8 @@ def _fields() -> list[str]:
     return sorted({c.source for c in columns.COLUMNS if isinstance(c.source, str)}
                   | {"block", "started_at", "strategy", "variant", "layout", "precision", "repeat", "step_time_s",
                      "bubble_measured", "bubble_fraction", "error", "path", "simulated", "speed_comparable",
-                     "workers_on_host", "threads_per_worker", "host_cores", "configuration", *GROUP_KEYS})
+                     "workers_on_host", "threads_per_worker", "host_cores", "configuration", "swept",
+                     "diverged_at_step", *GROUP_KEYS})
 
 
 # -- reading ------------------------------------------------------------------
@@ -100,7 +101,7 @@ def load_raw(sources: list[str]) -> list[dict]:
                 rec = {"status": "failed", "error": f"unreadable record: {e}"}
             rec["path"] = os.path.dirname(path)
             records.append(rec)
-    return records
+    return mark_swept(records)
 
 
 def _wandb_records(path: str) -> list[dict]:
@@ -127,14 +128,15 @@ def _wandb_records(path: str) -> list[dict]:
     return records
 
 
-# what makes two runs the same configuration, besides their full config: seeds and repeats differ
+# what makes two runs the same configuration, besides their config's settings: seeds and repeats differ
 _IDENTITY = ("strategy", "variant", "model", "data", "world_size", "global_batch", "micro_batches", "device", "tag",
-             "cluster", "replicas", "boundaries", "config")
+             "cluster", "replicas", "boundaries")
 
 
 def configuration_id(record: dict) -> str:
     """Equal for runs of one configuration (every setting but the seed and the repeat), else different."""
-    return json.dumps({k: record.get(k) for k in _IDENTITY}, sort_keys=True, default=str)
+    return json.dumps({**{k: record.get(k) for k in _IDENTITY}, "config": settings(record)}, sort_keys=True,
+                      default=str)
 
 
 def layout_text(record: dict) -> str:
@@ -156,7 +158,8 @@ def peak_rank_memory(record: dict) -> dict:
 def to_frame(records: list[dict]) -> pd.DataFrame:
     rows = [{**{k: v for k, v in r.items() if not isinstance(v, (dict, list)) or k == "peak_memory_per_rank"},
              **peak_rank_memory(r), **{f"idle_{k}": v for k, v in (r.get("idle_breakdown") or {}).items()},
-             "layout": layout_text(r), "configuration": configuration_id(r), "steps_to_target": steps_to_target(r)}
+             "layout": layout_text(r), "configuration": configuration_id(r), "steps_to_target": steps_to_target(r),
+             "diverged_at_step": diverged_at(r.get("loss_curve"))}
             for r in records]
     df = pd.DataFrame(rows)
     for col in _fields():
@@ -193,6 +196,9 @@ def comparison(df: pd.DataFrame) -> pd.DataFrame:
         speedup = df.loc[sel, "throughput"].astype(float) / dp_tp
         df.loc[sel, "speedup"] = speedup
         df.loc[sel, "me"] = speedup / (df.loc[sel, "peak_memory_bytes"].astype(float) / dp_mem)
+    diverged = ok & df["diverged_at_step"].notna()
+    df.loc[diverged, "note"] = [f"diverged: training loss not finite from step {s:.0f}"
+                                for s in df.loc[diverged, "diverged_at_step"]]
     failed = df["status"] != "ok"
     df.loc[failed, "note"] = ("failed: " + df.loc[failed, "error"].fillna("no error recorded")).to_numpy()
     simulated = df["simulated"] == True  # noqa: E712
@@ -455,7 +461,7 @@ def write_outputs(sources: list[str] | list[dict], out_dir: str, choice: str = c
     """Tables (md, csv, tex) and figures for ``sources`` (or records already read) into ``out_dir``
     (and, at a sweep's end, this machine's description); returns the Markdown table and the files
     written. The LaTeX label is the folder's name."""
-    records = sources if sources and isinstance(sources[0], dict) else load_raw(sources)
+    records = mark_swept(sources) if sources and isinstance(sources[0], dict) else load_raw(sources)
     df = to_frame(records)
     os.makedirs(out_dir, exist_ok=True)
     name = os.path.basename(os.path.normpath(out_dir))

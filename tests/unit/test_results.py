@@ -337,3 +337,34 @@ def test_the_pareto_front_keeps_the_points_no_other_beats():
     from harness.report.figures import _pareto
 
     assert _pareto([(10, 100), (12, 90), (15, 150), (20, 140), (25, 200)]) == [(10, 100), (15, 150), (25, 200)]
+
+
+def test_runs_that_differ_in_a_swept_setting_are_labelled_by_it_and_a_diverged_run_is_footnoted(tmp_path,
+                                                                                               monkeypatch):
+    """A sweep over train.lr of one strategy: each rate is its own row, line and label (with the
+    setting that differs, not the settings that only say where data lives or how a run resumed),
+    and a run whose training loss became NaN keeps its row with a footnote saying from which step."""
+    from harness.report import figures
+
+    def run(lr, seed, root="data/a", losses=None):
+        losses = losses or [[s, 4.0 - s / 100] for s in range(20)]
+        return {**_rec("dp", 2, 100.0 + seed, 2**20), "seed": seed, "loss_curve": losses,
+                "accuracy_curve": [{"step": 10 * k, "accuracy": 0.1 * k} for k in (1, 2)],
+                "config": {"train": {"lr": lr, "resume": f"run{seed}"}, "data": {"root": root},
+                           "launch": {"collective_timeout": 60 + seed}}}
+
+    diverged = [[0, 4.0], [1, 9.0], [2, float("nan")], [3, float("nan")]]
+    for name, rec in (("a", run(0.1, 0)), ("b", run(0.1, 1, root="/scratch/b")), ("c", run(0.3, 0)),
+                      ("d", run(4.0, 0, losses=diverged))):
+        write(str(tmp_path / name), rec)
+    md = render(load_records([str(tmp_path)]), "md")
+    rows = {line.split("|")[1].strip(): line for line in md.splitlines() if line.startswith("| dp")}
+    assert set(rows) == {"dp (lr=0.1)", "dp (lr=0.3)", "dp (lr=4.0)¹"}, md
+    assert "2/2 ok" in rows["dp (lr=0.1)"]
+    assert "¹ diverged: training loss not finite from step 2" in md
+
+    from harness.report.tables import load_raw
+    records = load_raw([str(tmp_path)])
+    (fig,) = _drawn(monkeypatch, figures.curves, records, tmp_path)
+    labels = sorted(fig.axes[0].get_legend_handles_labels()[1])
+    assert labels == ["dp (lr=0.1), w=2 (x2)", "dp (lr=0.3), w=2", "dp (lr=4.0), w=2"], labels
