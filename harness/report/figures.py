@@ -316,6 +316,51 @@ def _curves_of(records: list[dict], styles: Styles, out_dir: str, name: str) -> 
         return save(fig, out_dir, name)
 
 
+def sensitivity(records: list[dict], out_dir: str) -> list[str]:
+    """Final top-1 against each numeric setting a sweep varied within a configuration (a sweep over
+    ``train.lr``, :func:`harness.report.record.mark_swept`): one line per strategy, variant,
+    workers and the other varied settings, mean and 95% interval over seeds; one figure per
+    setting (``sensitivity_lr``). A run that diverged keeps its point, at the accuracy it ended with."""
+    ok = [r for r in records if r.get("status") == "ok" and r.get("accuracy") is not None]
+    names = dict.fromkeys(name for r in ok for name, value in (r.get("swept_settings") or {}).items()
+                          if isinstance(value, (int, float)) and not isinstance(value, bool))
+    styles = Styles(records)
+    paths = []
+    for name in names:
+        lines: dict[tuple, dict[float, list[dict]]] = {}
+        for r in ok:
+            swept = r.get("swept_settings") or {}
+            if name not in swept:
+                continue
+            others = ", ".join(f"{n}={v}" for n, v in swept.items() if n != name)
+            key = (str(r.get("strategy")), "; ".join(p for p in (r.get("variant"), others) if p),
+                   int(r.get("world_size") or 0))
+            lines.setdefault(key, {}).setdefault(float(swept[name]), []).append(r)
+        if not any(len(points) > 1 for points in lines.values()):
+            continue
+        values = sorted({x for points in lines.values() for x in points})
+        with paper_style():
+            fig, ax = plt.subplots(figsize=(COLUMN_IN, 2.4))
+            for i, (key, points) in enumerate(sorted(lines.items(), key=lambda kv: _order(kv[0]))):
+                strategy, variant, w = key
+                xs = sorted(points)
+                means = [_mean_and_half([r["accuracy"] * 100 for r in points[x]]) for x in xs]
+                label = f"{strategy} ({variant}), w={w}" if variant else f"{strategy}, w={w}"
+                ax.errorbar(xs, [m for m, _ in means], yerr=[h for _, h in means], label=label, capsize=2,
+                            elinewidth=0.8, color=styles.color(points[xs[0]][0]), marker=_MARKERS[i % len(_MARKERS)])
+            if values[0] > 0 and values[-1] >= 10 * values[0]:
+                ax.set_xscale("log")
+            ax.set_xticks(values, [f"{x:g}" for x in values])
+            ax.minorticks_off()
+            ax.set_xlabel(name)
+            ax.set_ylabel("final test top-1 (%)")
+            ax.set_ylim(bottom=0)
+            ax.grid(alpha=0.3)
+            _legend_below(fig, ax, ncol=1)
+            paths += save(fig, out_dir, f"sensitivity_{re.sub(r'[^A-Za-z0-9]+', '_', name)}")
+    return paths
+
+
 def _pareto(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
     """The points no other beats on both memory (lower) and throughput (higher), by memory."""
     front, best = [], float("-inf")
@@ -463,6 +508,8 @@ FIGURES: list[Figure] = [
            "weights, activations and the rest", memory_per_rank),
     Figure("curves", "training loss and test accuracy against the step, mean and 95% band per configuration",
            curves),
+    Figure("sensitivity", "final test top-1 against a numeric setting the sweep varied (sensitivity_lr), one line "
+           "per configuration, mean and 95% interval over seeds", sensitivity),
     Figure("schedules", "samples/s against peak memory per rank, one point per pipeline configuration, with the "
            "Pareto front", schedules),
     Figure("timelines", "each run's per-rank timeline of one step (actions, and profiled compute)", timelines),

@@ -113,10 +113,11 @@ def settings(record: dict) -> dict:
 def mark_swept(records: list[dict]) -> list[dict]:
     """Set each record's ``swept``: the settings (``lr=0.3``) that tell it apart from records a
     table or figure would otherwise show as the same configuration (a sweep over ``train.lr``
-    of one strategy), '' where nothing does. Idempotent; returns ``records``."""
+    of one strategy), '' where nothing does, and ``swept_settings`` ({"lr": 0.3}). Idempotent;
+    returns ``records``."""
     groups: dict[tuple, list[tuple[dict, dict]]] = {}
     for r in records:
-        r["swept"] = ""
+        r["swept"], r["swept_settings"] = "", {}
         if not r.get("config"):  # refused before it started, or unreadable: nothing to compare
             continue
         groups.setdefault(tuple(str(r.get(k)) for k in _SHOWN), []).append((r, settings(r)))
@@ -127,7 +128,8 @@ def mark_swept(records: list[dict]) -> list[dict]:
         if len(set(names.values())) < len(names):  # two settings of one name: give their paths
             names = {k: k for k in varying}
         for r, leaves in members:
-            r["swept"] = ", ".join(f"{names[k]}={leaves.get(k)}" for k in varying)
+            r["swept_settings"] = {names[k]: leaves.get(k) for k in varying}
+            r["swept"] = ", ".join(f"{name}={value}" for name, value in r["swept_settings"].items())
     return records
 
 

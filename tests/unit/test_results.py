@@ -368,3 +368,25 @@ def test_runs_that_differ_in_a_swept_setting_are_labelled_by_it_and_a_diverged_r
     (fig,) = _drawn(monkeypatch, figures.curves, records, tmp_path)
     labels = sorted(fig.axes[0].get_legend_handles_labels()[1])
     assert labels == ["dp (lr=0.1), w=2 (x2)", "dp (lr=0.3), w=2", "dp (lr=4.0), w=2"], labels
+
+
+def test_a_swept_learning_rate_draws_final_accuracy_against_it_one_line_per_configuration(tmp_path, monkeypatch):
+    from harness.report import figures
+    from harness.report.tables import load_raw
+
+    def run(strategy, lr, seed, accuracy, momentum=0.0):
+        return {**_rec(strategy, 2, 100.0, 2**20), "seed": seed, "accuracy": accuracy,
+                "config": {"train": {"lr": lr, "momentum": momentum}}}
+
+    runs = [run("dp", 0.1, 0, 0.50), run("dp", 0.1, 1, 0.54), run("dp", 1.0, 0, 0.70), run("dp", 10.0, 0, 0.01),
+            run("ashpipe", 0.1, 0, 0.40), run("ashpipe", 1.0, 0, 0.20), run("ashpipe", 1.0, 0, 0.30, momentum=0.9)]
+    for i, r in enumerate(runs):
+        write(str(tmp_path / str(i)), r)
+    drawn = _drawn(monkeypatch, figures.sensitivity, load_raw([str(tmp_path)]), tmp_path)
+    assert len(drawn) == 2  # against lr, and against momentum (ashpipe at lr 1.0 ran with both)
+    ax = drawn[0].axes[0]
+    lines = {c.get_label(): (list(c.lines[0].get_xdata()), list(c.lines[0].get_ydata())) for c in ax.containers}
+    assert lines["dp, w=2"] == ([0.1, 1.0, 10.0], [pytest.approx(52.0), 70.0, 1.0])
+    assert lines["ashpipe (momentum=0.0), w=2"] == ([0.1, 1.0], [40.0, 20.0])
+    assert lines["ashpipe (momentum=0.9), w=2"] == ([1.0], [30.0])
+    assert ax.get_xscale() == "log" and ax.get_xlabel() == "lr"

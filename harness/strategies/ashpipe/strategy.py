@@ -159,7 +159,7 @@ class AshPipeStrategy(Strategy):
         if st.switch_plateau is not None:
             parts.append(f"SP@plateau<{st.switch_plateau:g}/{switch_window(spec)} steps")
         elif st.switch_fraction:
-            parts.append(f"SP@{100 * st.switch_fraction:g}%")
+            parts.append(f"SP@{100 * st.switch_fraction:.3g}%")
         elif st.switch_step or st.switch_epoch:
             parts.append(f"SP@{'epoch ' + str(st.switch_epoch) if st.switch_epoch else st.switch_step}")
         if st.weight_prediction:
