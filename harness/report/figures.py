@@ -27,7 +27,7 @@ from typing import Callable, Iterator
 import matplotlib
 import pandas as pd
 
-from harness.report.record import variant_text
+from harness.report.record import diverged_at, natural_key, variant_text
 from harness.report.statistics import interval
 from harness.report.traces import run_name, write_trace
 
@@ -73,13 +73,18 @@ class Styles:
         strategies = sorted({config_key(r)[0] for r in records})
         spare = iter(_SPARE_COLORS * 4)
         self.colors = {s: _STRATEGY_COLORS.get(s) or next(spare) for s in strategies}
-        variants = sorted({config_key(r)[1] for r in records} - {""})
+        variants = sorted({config_key(r)[1] for r in records} - {""}, key=natural_key)
         self.variant_index = {"": 0, **{v: i + 1 for i, v in enumerate(variants)}}
+        # one strategy alone (a learning-rate sweep): its variants take the colours instead
+        palette = [*_STRATEGY_COLORS.values(), *_SPARE_COLORS]
+        self.by_variant = len(strategies) == 1 and len(self.variant_index) > 1
+        self.variant_colors = {v: palette[i % len(palette)] for v, i in self.variant_index.items()}
         sizes = sorted({config_key(r)[2] for r in records})
         self.worker_lines = {w: _WORKER_LINES[i % len(_WORKER_LINES)] for i, w in enumerate(sizes)}
 
     def color(self, record: dict) -> str:
-        return self.colors[config_key(record)[0]]
+        strategy, variant, _ = config_key(record)
+        return self.variant_colors[variant] if self.by_variant else self.colors[strategy]
 
     def marker(self, record: dict) -> str:
         return _MARKERS[self.variant_index[config_key(record)[1]] % len(_MARKERS)]
@@ -286,12 +291,18 @@ def _curves_of(records: list[dict], styles: Styles, out_dir: str, name: str) -> 
     window = max(1, steps_max // 25)
     with paper_style():
         fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(PAGE_IN, 2.4))
+        finite_top = []  # the highest smoothed loss of each configuration none of whose runs diverged
         for runs in groups.values():
             first = runs[0]
-            label = config_label(first) + (f" (x{len(runs)})" if len(runs) > 1 else "")
+            diverged = sum(diverged_at(r["loss_curve"]) is not None for r in runs)
+            label = config_label(first) + (f" (x{len(runs)}, {diverged} diverged)" if diverged and len(runs) > 1 else
+                                           f" (x{len(runs)})" if len(runs) > 1 else " (diverged)" if diverged else "")
             style = dict(color=styles.color(first), linestyle=styles.line(first), marker=styles.marker(first))
             steps, mean, half = _mean_curve([[(s, v) for s, v in r["loss_curve"]] for r in runs])
-            ax_loss.plot(steps, _smoothed(mean, window), label=label, markevery=max(1, len(steps) // 8), **style)
+            smoothed = _smoothed(mean, window)
+            if not diverged:
+                finite_top.append(max(smoothed))
+            ax_loss.plot(steps, smoothed, label=label, markevery=max(1, len(steps) // 8), **style)
             if any(half):
                 low, high = _smoothed([m - h for m, h in zip(mean, half)], window), _smoothed(
                     [m + h for m, h in zip(mean, half)], window)
@@ -304,6 +315,8 @@ def _curves_of(records: list[dict], styles: Styles, out_dir: str, name: str) -> 
                 if any(half):
                     ax_acc.fill_between(steps, [m - h for m, h in zip(mean, half)], [m + h for m, h in zip(mean, half)],
                                         color=style["color"], alpha=0.15, lw=0)
+        if finite_top and len(finite_top) < len(groups):  # a diverged run's blow-up would flatten the rest
+            ax_loss.set_ylim(0, 1.15 * max(finite_top))
         ax_loss.set_ylabel("training loss" + (f" ({window}-step mean)" if window > 1 else ""))
         ax_acc.set_ylabel("test top-1 (%)")
         for ax in (ax_loss, ax_acc):

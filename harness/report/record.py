@@ -11,6 +11,7 @@ import datetime
 import json
 import math
 import os
+import re
 import tempfile
 
 from harness.report.environment import environment
@@ -136,3 +137,9 @@ def mark_swept(records: list[dict]) -> list[dict]:
 def variant_text(record: dict) -> str:
     """The options and swept settings that tell a strategy's runs apart, '' for none."""
     return "; ".join(p for p in (record.get("variant"), record.get("swept")) if isinstance(p, str) and p)
+
+
+def natural_key(text: str) -> list:
+    """A sort key that orders the numbers in ``text`` by value: 'lr=2' before 'lr=10'."""
+    return [(0, float(part), "") if i % 2 else (1, 0.0, part)
+            for i, part in enumerate(re.split(r"(-?\d+(?:\.\d+)?(?:e-?\d+)?)", text))]

@@ -40,7 +40,7 @@ from harness.report.environment import environment
 from harness.report.figures import all_figures
 from harness.report.paired import against_reference
 from harness.report.paired import to_markdown as paired_markdown
-from harness.report.record import RECORD_FILE, diverged_at, mark_swept, read, settings
+from harness.report.record import RECORD_FILE, diverged_at, mark_swept, natural_key, read, settings
 from harness.report.schema import RecordError, validate
 from harness.report.statistics import interval, mlperf_times, steps_to_target
 
@@ -213,8 +213,12 @@ def comparison(df: pd.DataFrame) -> pd.DataFrame:
     df["block"] = df["block"].fillna("")
     started = df.groupby("block")["started_at"].min().fillna("").sort_values(kind="stable")
     df["_block_order"] = df["block"].map({b: i for i, b in enumerate(started.index)})
-    df = df.sort_values(["_block_order"] + GROUP_KEYS + ["strategy"], kind="stable")
-    return df.drop(columns="_block_order").reset_index(drop=True)
+    # runs that differ in a swept setting in the order of its values (lr=0.03 before lr=0.3 and lr=10)
+    swept = sorted(set(df["swept"].fillna("")), key=natural_key)
+    df["_swept_order"] = df["swept"].fillna("").map({text: i for i, text in enumerate(swept)})
+    df = df.sort_values(["_block_order"] + GROUP_KEYS + ["strategy", "_swept_order"], kind="stable")
+    return df.drop(columns=["_block_order", "_swept_order"]).reset_index(drop=True)
+
 
 
 # -- the table ----------------------------------------------------------------

@@ -22,6 +22,8 @@ import json
 import os
 import re
 
+from harness.report.record import variant_text
+
 _ACTION = re.compile(r"^(\d*)(RECV_F|RECV_B|SEND_F|SEND_B|STEP|GPU|F|B|I|W)(\d*)(\*?)$")
 _NAMES = {"F": "forward", "B": "backward", "I": "backward input-grad", "W": "backward weight-grad",
           "STEP": "optimizer step", "GPU": "GPU kernels", "RECV_F": "receive activation",
@@ -131,8 +133,8 @@ def chrome_trace(record: dict) -> dict | None:
 
 
 def run_name(record: dict) -> str:
-    """A file-name stem for one configuration: 'hippie_recompute-auto_w2'."""
-    variant = re.sub(r"[^A-Za-z0-9]+", "-", record.get("variant") or "").strip("-")
+    """A file-name stem for one configuration: 'hippie_recompute-auto_w2', 'dp_lr-0-3_w2'."""
+    variant = re.sub(r"[^A-Za-z0-9]+", "-", variant_text(record)).strip("-")
     return f"{record.get('strategy')}{'_' + variant if variant else ''}_w{record.get('world_size')}"
 
 

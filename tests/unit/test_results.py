@@ -238,7 +238,7 @@ def test_time_to_another_target_is_read_from_the_curves(tmp_path, capsys):
     assert "give the accuracy as a fraction" in capsys.readouterr().err
 
 
-COMMITTED = ["accuracy", "accuracy_digits", "ci", "schedules", "papers_regime/roofline",
+COMMITTED = ["accuracy", "accuracy_digits", "accuracy_paper_lr", "ci", "schedules", "papers_regime/roofline",
              "papers_regime/roofline_one_device"]
 
 
@@ -367,7 +367,10 @@ def test_runs_that_differ_in_a_swept_setting_are_labelled_by_it_and_a_diverged_r
     records = load_raw([str(tmp_path)])
     (fig,) = _drawn(monkeypatch, figures.curves, records, tmp_path)
     labels = sorted(fig.axes[0].get_legend_handles_labels()[1])
-    assert labels == ["dp (lr=0.1), w=2 (x2)", "dp (lr=0.3), w=2", "dp (lr=4.0), w=2"], labels
+    assert labels == ["dp (lr=0.1), w=2 (x2)", "dp (lr=0.3), w=2", "dp (lr=4.0), w=2 (diverged)"], labels
+    colours = {line.get_label(): line.get_color() for line in fig.axes[0].get_lines()}
+    assert len(set(colours.values())) == 3  # one strategy alone: its rates take the colours
+    assert fig.axes[0].get_ylim()[1] < 5  # the diverged run's blow-up does not flatten the others
 
 
 def test_a_swept_learning_rate_draws_final_accuracy_against_it_one_line_per_configuration(tmp_path, monkeypatch):
