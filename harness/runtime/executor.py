@@ -279,6 +279,8 @@ class StageExecutor:
         self._ranges: dict[tuple[int, int], tuple[int, int]] = {}
         self._transfers: dict[tuple[int, int, bool], list] = {}
         self._tag_base = 0
+        self._calls = 0  # training calls so far (an asynchronous schedule waits for a send two calls on)
+        self._sends_started = 0
         self._settle = False
         self._spans: list[tuple] = []
         self._reduced = False  # a STEP reduced gradients in this call
@@ -286,11 +288,19 @@ class StageExecutor:
 
     def _reset_state(self) -> None:
         self._weight_parts: dict[int, list[dict]] = {}  # per micro-batch: what its W pass starts from
+        # per micro-batch: received tensors its W pass still reads (the gradient, the stage's input,
+        # which autograd saved), back to the pool after that pass, however late the schedule runs it
+        self._read_by_w: dict[int, list[torch.Tensor]] = {}
         self._inputs: dict[int, torch.Tensor] = {}
         self._outputs: dict[int, torch.Tensor] = {}
         self._losses: dict[int, torch.Tensor] = {}
         self._grads: dict[int, torch.Tensor] = {}
-        self._sends: list[Pending] = []
+        self._sends: list[tuple[int, Pending]] = []  # (the training call that started it, the send)
+
+    def send_counts(self) -> tuple[int, int]:
+        """(sends started so far, sends not yet waited for): an asynchronous schedule keeps those of
+        its last two calls."""
+        return self._sends_started, len(self._sends)
 
     def stashed_tensors(self) -> list[torch.Tensor]:
         """Weight copies held for minibatches in flight, and those kept for reuse (for the memory breakdown)."""
@@ -312,6 +322,7 @@ class StageExecutor:
         self._training = training
         if flush:
             self._reset_state()
+        self._calls += 1
         self._run = StageRun()
         # (label or None, where the span's time goes or None, start mark, end mark)
         self._spans: list[tuple] = []
@@ -332,7 +343,14 @@ class StageExecutor:
         if flush or self._settle:
             self._wait_sends()
         else:
-            self._sends = [p for p in self._sends if not p.done()]
+            # gloo marks a send completed only once it is waited for: without the wait, every call's
+            # sends (and the activations they hold) would be kept for the whole run. A send of the
+            # call before the last was received within the neighbour's last call, so it is done
+            # and its wait returns at once; later ones that report done are dropped too
+            old = [p for call, p in self._sends if call <= self._calls - 2]
+            for p in old:
+                p.wait()
+            self._sends = [(call, p) for call, p in self._sends if call > self._calls - 2 and not p.done()]
         self._spans.append((None, "comm_s", t0, self.timer.mark()))
         if flush:  # a synchronous step holds no reference to its batch once it is done
             self._x = self._y = None
@@ -441,12 +459,14 @@ class StageExecutor:
 
     def _send(self, tensor: torch.Tensor, micro: int, pieces, peer_attr: str, tag: int) -> None:
         lo, _ = self._range(micro)
+        self._sends_started += len(pieces)
         for t in pieces:
-            self._sends.append(self.comm.isend(tensor[t.lo - lo : t.hi - lo].contiguous(), getattr(t, peer_attr), tag))
+            self._sends.append((self._calls, self.comm.isend(tensor[t.lo - lo : t.hi - lo].contiguous(),
+                                                             getattr(t, peer_attr), tag)))
 
     def _wait_sends(self) -> None:
-        for s in self._sends:
-            s.wait()
+        for _, pending in self._sends:
+            pending.wait()
         self._sends.clear()
 
     # -- actions -------------------------------------------------------------
@@ -541,7 +561,7 @@ class StageExecutor:
         _, self._weight_parts[a.micro] = stage_backward_input(outputs, grads, [inp], self._masters)
         # as in _B: a received gradient handed on as the input's own is still to be sent
         if grads is not None and (inp.grad is None or not _same_storage(inp.grad, grads[0])):
-            self._release(grads[0])
+            self._read_by_w.setdefault(a.micro, []).append(grads[0])
 
     def _W(self, a: sch.Action) -> None:
         """The weight-gradient part: accumulates into the stage's gradient buckets. Under ``reduce``
@@ -560,11 +580,16 @@ class StageExecutor:
                     self.grad_sync.ready(p)
         if a.reduce and self.grad_sync is not None:
             self.grad_sync.backward_done()
+        for buf in self._read_by_w.pop(a.micro, []):
+            self._release(buf)
 
     def _SEND_B(self, a: sch.Action) -> None:
         inp = self._inputs.pop(a.micro)
         self._send(inp.grad, a.micro, self._pieces(a.micro, towards_next=False), "src", tag=_tag(a.micro, grad=True, base=self._tag_base))
-        self._release(inp)  # the send holds the gradient it reads
+        if a.micro in self._weight_parts:  # its W pass is still to come and reads the input
+            self._read_by_w.setdefault(a.micro, []).append(inp)
+        else:
+            self._release(inp)  # the send holds the gradient it reads
 
     def _STEP(self, a: sch.Action) -> None:
         if self.grad_sync is not None:

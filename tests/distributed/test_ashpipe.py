@@ -58,13 +58,18 @@ def _spec(world, replicas, boundaries, extra):
 def train_and_save(ctx, specs, out_dir):
     for i, spec in enumerate(specs):
         strategy = spec.strategy_cls(spec, build_layers(spec.model, spec.seed), ctx, Comm(ctx))
+        in_flight = []  # after each pipelined call: sends started, and those not yet waited for
         for x, y in _batches(spec):
             strategy.train_step(x, y)
+            if getattr(strategy, "executor", None) is not None:
+                in_flight.append(list(strategy.executor.send_counts()))
         strategy.finish_training()
         os.makedirs(os.path.join(out_dir, str(i)), exist_ok=True)
         torch.save(strategy.state_dict_for_check(), os.path.join(out_dir, str(i), f"rank{ctx.rank}.pt"))
         with open(os.path.join(out_dir, str(i), f"switch{ctx.rank}.json"), "w") as f:
             json.dump([strategy.switch_at, strategy.switch_reason], f)
+        with open(os.path.join(out_dir, str(i), f"sends{ctx.rank}.json"), "w") as f:
+            json.dump(in_flight, f)
 
 
 @pytest.mark.parametrize("world", sorted(GRID))
@@ -83,6 +88,12 @@ def test_ashpipe_matches_its_sequential_model(world, tmp_path):
             switch = {None: st.switch_step or 0, 0.4: 2}[st.switch_fraction]
         if switch:
             assert all(at == switch and reason for at, reason in switched), (extra, switch, switched)
+        # gloo completes a send only once it is waited for: after each call a rank holds at most the
+        # sends of its last two calls (before, every send of the run, each with its tensor)
+        for r in range(world):
+            counts = json.load(open(os.path.join(tmp_path, str(i), f"sends{r}.json")))  # (started, held)
+            assert all(held <= started - counts[k - 2][0] for k, (started, held) in enumerate(counts) if k >= 2), \
+                (replicas, extra, r, counts)
         reference = ashpipe_reference(spec, _batches(spec), boundaries or [], switch_at=switch)
         try:
             assert_matches_reference(merged, reference, atol=5e-5, rtol=5e-4)
