@@ -103,73 +103,40 @@ def one_f_one_b(num_stages: int, micro_batches: int) -> list[list[Action]]:
 
 
 def zb_h1(num_stages: int, micro_batches: int) -> list[list[Action]]:
-    return zero_bubble(num_stages, micro_batches, lambda s: num_stages - s)
-
-
-def zero_bubble(num_stages: int, micro_batches: int, bound: Callable[[int], int]) -> list[list[Action]]:
     """ZB-H1 (Qi et al., ICLR 2024), one stage per rank: each backward split into its input-gradient
     part ``I`` (what the previous stage waits for) and its weight-gradient part ``W`` (free to
-    wait), with 1F1B's memory: stage s holds at most ``S - s`` micro-batches between a forward
-    and its ``W``, as 1F1B holds them between a forward and its backward.
-
-    The order comes from a list scheduler run once with the textbook costs (F, I and W one unit
-    each, transfers free): an idle stage runs, first choice first, an ``I`` whose gradient has
-    arrived, a forward within the memory bound whose input has arrived, the oldest deferred
-    ``W``. The W passes so fill what 1F1B leaves idle. Sends never block, so the order holds
-    whatever the real costs are. The step's last ``W`` carries ``reduce``: each gradient bucket's
-    replica all-reduce starts as soon as that pass has finalised it."""
+    wait). The forwards and the ``I`` passes keep 1F1B's order (``S - s`` forwards of warm-up,
+    then one ``I`` and one forward in turn); stage ``s`` runs each ``W`` ``s`` micro-batches
+    after its ``I``, and the deferred ones at the end. A stage so holds at most ``S`` micro-batches
+    between a forward and its ``W``, the peak 1F1B reaches on its first stage, and with unit costs
+    the step takes ``3m + S - 1`` units against 1F1B's ``3(m + S - 1)``: the bubble
+    ``(S - 1)(F + I - W)`` of the paper. Sends never block, so the order holds whatever the real
+    costs are. The step's last ``W`` carries ``reduce``: each gradient bucket's replica all-reduce
+    starts as soon as that pass has finalised it."""
     S, m = num_stages, micro_batches
-    free = [0.0] * S  # when each stage is next idle
-    f_end = [[None] * m for _ in range(S)]  # when micro-batch k's forward ended on stage s
-    i_end = [[None] * m for _ in range(S)]
-    next_f, next_i = [0] * S, [0] * S
-    deferred: list[list[int]] = [[] for _ in range(S)]  # micro-batches whose W is still owed
-    held = [0] * S  # micro-batches between their forward and their W
-    order: list[list[tuple[str, int]]] = [[] for _ in range(S)]
-
-    def choice(s: int) -> tuple[float, int, str, int] | None:
-        """(start, preference, kind, micro-batch) of the action stage s would run next, or None
-        while it has nothing it could start before another stage acts."""
-        options = []
-        k = next_i[s]
-        if k < m and f_end[s][k] is not None and (s == S - 1 or i_end[s + 1][k] is not None):
-            options.append((max(free[s], f_end[s][k], i_end[s + 1][k] if s < S - 1 else 0.0), 0, BWD_I, k))
-        k = next_f[s]
-        if k < m and held[s] < bound(s) and (s == 0 or f_end[s - 1][k] is not None):
-            options.append((max(free[s], f_end[s - 1][k] if s > 0 else 0.0), 1, FWD, k))
-        if deferred[s]:
-            options.append((free[s], 2, BWD_W, deferred[s][0]))
-        if not options:
-            return None
-        now = [o for o in options if o[0] <= free[s]]  # what is ready when the stage is idle, by preference
-        return min(now, key=lambda o: o[1]) if now else min(options)
-
-    while any(next_i[s] < m or deferred[s] for s in range(S)):
-        s, (start, _, kind, k) = min(((s, c) for s in range(S) if (c := choice(s)) is not None),
-                                     key=lambda sc: (sc[1][0], sc[0]))
-        free[s] = start + 1.0
-        order[s].append((kind, k))
-        if kind == FWD:
-            f_end[s][k], next_f[s], held[s] = free[s], k + 1, held[s] + 1
-        elif kind == BWD_I:
-            i_end[s][k], next_i[s] = free[s], k + 1
-            deferred[s].append(k)
-        else:
-            deferred[s].pop(0)
-            held[s] -= 1
-
     out = []
-    for s, steps in enumerate(order):
-        last_w = max(i for i, (kind, _) in enumerate(steps) if kind == BWD_W)
+    for s in range(S):
         acts: list[Action] = []
-        for i, (kind, k) in enumerate(steps):
-            if kind == FWD:
-                acts += forward_actions(s, S, k)
-            elif kind == BWD_I:
-                acts += ([Action(RECV_B, k)] if s < S - 1 else []) + [Action(BWD_I, k)]
-                acts += [Action(SEND_B, k)] if s > 0 else []
-            else:
-                acts.append(Action(BWD_W, k, reduce=i == last_w))
+        forwards = weights = 0
+
+        def weight() -> None:
+            nonlocal weights
+            acts.append(Action(BWD_W, weights, reduce=weights == m - 1))
+            weights += 1
+
+        for _ in range(min(S - s, m)):
+            acts += forward_actions(s, S, forwards)
+            forwards += 1
+        for k in range(m):
+            acts += ([Action(RECV_B, k)] if s < S - 1 else []) + [Action(BWD_I, k)]
+            acts += [Action(SEND_B, k)] if s > 0 else []
+            if k >= s:
+                weight()
+            if forwards < m:
+                acts += forward_actions(s, S, forwards)
+                forwards += 1
+        while weights < m:
+            weight()
         acts.append(Action(STEP))
         out.append(acts)
     return out

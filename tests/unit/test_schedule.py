@@ -154,10 +154,12 @@ def test_zb_h1_splits_every_backward_keeps_1f1b_memory_and_leaves_less_bubble(p,
         assert [a for a in acts if a.reduce] == [[a for a in acts if a.op == sch.BWD_W][-1]]
         assert acts[-1].op == sch.STEP and sum(a.op == sch.STEP for a in acts) == 1
     zb, one_f_one_b = sch.replay(lists), sch.replay(sch.one_f_one_b(p, m))
-    for s in range(p):  # a micro-batch is held from its forward to its W: as 1F1B holds it to its backward
-        assert zb.max_in_flight(s) <= min(p - s, m)
+    for s in range(p):  # held from its forward to its W: at most 1F1B's peak, that of its first stage
+        assert zb.max_in_flight(s) <= min(p, m)
     idle = lambda t: sum(t.idle_fraction(s) for s in range(p)) / p  # noqa: E731
     assert idle(zb) < idle(one_f_one_b) if p > 1 else idle(zb) == idle(one_f_one_b) == 0
+    if m >= p:  # the paper's bubble, (p - 1)(F + I - W), with every pass one unit
+        assert sch.replay(lists, lambda _, a: 1.0 if a.op in sch.COMPUTE else 0.0).makespan == 3 * m + p - 1
 
 
 @pytest.mark.parametrize("p,m", [(2, 4), (4, 4), (4, 8), (3, 5)])
