@@ -31,6 +31,7 @@ import time
 
 import pandas as pd
 
+from harness.planning import published
 from harness.studies.driver import read_record, run_command
 
 # every configuration runs on 2 CPU workers; pipelines on a given cut (the runs and the
@@ -67,6 +68,7 @@ def _configs() -> dict[str, list[str]]:
 CONFIGS = _configs()
 COMMON = ["world_size=2", "train.warmup_steps=5", "logger.mode=disabled"]
 TARGET, MEAN_TARGET, RANK_GAP = 0.10, 0.05, 0.10
+PUBLISHED_TARGET, PUBLISHED_RATIO_TARGET = 0.25, 0.10  # a published table: each figure, each ratio of two schedules
 
 
 def _cli(args: list[str], cwd: str, run_dir: str | None = None) -> None:
@@ -191,6 +193,55 @@ def write_tables(out: str, repeats: list[dict]) -> str:
     return text
 
 
+def published_verdict(rows: pd.DataFrame) -> dict:
+    """The targets of a published table: every prediction within 25% of its published figure, and
+    the ratio between any two schedules of one configuration within 10% of the published ratio."""
+    pairs = []
+    for _, group in rows.groupby(["model", "micro_batches"], sort=False):
+        for (_, a), (_, b) in itertools.combinations(group.iterrows(), 2):
+            error = (a["predicted"] / b["predicted"]) / (a["published"] / b["published"]) - 1
+            pairs.append({"model": a["model"], "micro_batches": a["micro_batches"],
+                          "pair": f"{a['schedule']} / {b['schedule']}", "ratio error": error})
+    pairs = pd.DataFrame(pairs)
+    within = lambda values, bound: int((values.abs() <= bound).sum())  # noqa: E731
+    return {"predictions": len(rows), "within 25%": within(rows["error"], PUBLISHED_TARGET),
+            "mean signed error": float(rows["error"].mean()), "ratios": len(pairs),
+            "ratios within 10%": within(pairs["ratio error"], PUBLISHED_RATIO_TARGET),
+            "largest ratio error": pairs.loc[pairs["ratio error"].abs().idxmax()].to_dict(),
+            "targets met": bool((rows["error"].abs() <= PUBLISHED_TARGET).all()
+                                and (pairs["ratio error"].abs() <= PUBLISHED_RATIO_TARGET).all())}
+
+
+def write_published(out: str) -> str:
+    """published.{csv,json,md}: the Zero Bubble paper's A100 table against the simulator's prediction
+    of it (harness.planning.published), with its verdict."""
+    rows, fraction = published.comparison(progress=lambda what: print(f"  predicting {what}", flush=True))
+    result = published_verdict(rows)
+    os.makedirs(out, exist_ok=True)
+    rows.to_csv(os.path.join(out, "published.csv"), index=False)
+    with open(os.path.join(out, "published.json"), "w") as f:
+        json.dump({"date": datetime.date.today().isoformat(), "source": published.SOURCE,
+                   "fitted_fraction": fraction, "fitted_on": list(published.FIT_ON), **result}, f, indent=1,
+                  default=str)
+    worst = result["largest ratio error"]
+    head = (f"{published.SOURCE}, predicted {datetime.date.today().isoformat()} by the roofline model of an "
+            f"{published.GPU_NAME} at {fraction:.1%} of its bf16 datasheet, the fraction fitted on "
+            f"{' '.join(map(str, published.FIT_ON))} alone: {result['within 25%']} of {result['predictions']} "
+            f"predictions within 25% (mean signed error {result['mean signed error']:+.1%}), "
+            f"{result['ratios within 10%']} of {result['ratios']} ratios between two schedules of one configuration "
+            f"within 10% (largest: {worst['pair']} at {worst['model']} m={worst['micro_batches']}, "
+            f"{worst['ratio error']:+.1%}); targets {'met' if result['targets met'] else 'not met'}.")
+    shown = rows.assign(error=rows["error"].map("{:+.1%}".format),
+                        ratio_error=rows["ratio_error"].map("{:+.1%}".format),
+                        fitted=rows["fitted"].map({True: "fitted", False: ""}))
+    shown.columns = ["model", "GPUs", "m", "schedule", "published samples/GPU/s", "predicted", "error",
+                     "published / 1F1B", "predicted / 1F1B", "ratio error", ""]
+    text = head + "\n\n" + shown.to_markdown(index=False, floatfmt=".3g")
+    with open(os.path.join(out, "published.md"), "w") as f:
+        f.write(text + "\n")
+    return text
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeats", type=int, default=2, help="profile + runs + predictions, this many times")
     parser.add_argument("--steps", type=int, default=30, help="training steps per measured run")
@@ -198,9 +249,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--only", default="", help="run only the configurations whose name contains this text")
     parser.add_argument("--summarise", action="store_true",
                         help="run nothing: rebuild the tables from the repeats already under --out")
+    parser.add_argument("--published", action="store_true",
+                        help="run nothing: only predict the published GPU table (published.md under --out, a minute)")
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.published:
+        print(write_published(args.out))
+        return 0
     if args.summarise:
         repeats = collect(args.out)
         if not any(repeats):
@@ -224,4 +280,5 @@ def main(args: argparse.Namespace) -> int:
         print(f"repeat {r + 1}/{args.repeats} took {time.time() - t0:.0f} s", flush=True)
     os.makedirs(args.out, exist_ok=True)
     print(write_tables(args.out, repeats))
+    print(write_published(args.out))
     return 0
