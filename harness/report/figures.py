@@ -297,7 +297,8 @@ def _curves_of(records: list[dict], styles: Styles, out_dir: str, name: str) -> 
             diverged = sum(diverged_at(r["loss_curve"]) is not None for r in runs)
             label = config_label(first) + (f" (x{len(runs)}, {diverged} diverged)" if diverged and len(runs) > 1 else
                                            f" (x{len(runs)})" if len(runs) > 1 else " (diverged)" if diverged else "")
-            style = dict(color=styles.color(first), linestyle=styles.line(first), marker=styles.marker(first))
+            style = dict(color=styles.color(first), linestyle=styles.line(first), marker=styles.marker(first),
+                         zorder=3 if first.get("strategy") == "dp" else 2)  # the reference on top
             steps, mean, half = _mean_curve([[(s, v) for s, v in r["loss_curve"]] for r in runs])
             smoothed = _smoothed(mean, window)
             if not diverged:
@@ -313,12 +314,14 @@ def _curves_of(records: list[dict], styles: Styles, out_dir: str, name: str) -> 
                 steps, mean, half = _mean_curve(evaluated)
                 ax_acc.plot(steps, mean, markevery=max(1, len(steps) // 8), **style)
                 if any(half):
-                    ax_acc.fill_between(steps, [m - h for m, h in zip(mean, half)], [m + h for m, h in zip(mean, half)],
+                    ax_acc.fill_between(steps, [max(0.0, m - h) for m, h in zip(mean, half)],
+                                        [min(100.0, m + h) for m, h in zip(mean, half)],
                                         color=style["color"], alpha=0.15, lw=0)
         if finite_top and len(finite_top) < len(groups):  # a diverged run's blow-up would flatten the rest
             ax_loss.set_ylim(0, 1.15 * max(finite_top))
         ax_loss.set_ylabel("training loss" + (f" ({window}-step mean)" if window > 1 else ""))
         ax_acc.set_ylabel("test top-1 (%)")
+        ax_acc.set_ylim(0, min(100.0, ax_acc.get_ylim()[1]))
         for ax in (ax_loss, ax_acc):
             ax.set_xlabel("step")
             ax.grid(alpha=0.3)

@@ -238,8 +238,8 @@ def test_time_to_another_target_is_read_from_the_curves(tmp_path, capsys):
     assert "give the accuracy as a fraction" in capsys.readouterr().err
 
 
-COMMITTED = ["accuracy", "accuracy_digits", "accuracy_paper_lr", "ci", "schedules", "papers_regime/roofline",
-             "papers_regime/roofline_one_device"]
+COMMITTED = ["accuracy", "accuracy_digits", "accuracy_paper", "accuracy_paper_lr", "ci", "schedules",
+             "papers_regime/roofline", "papers_regime/roofline_one_device"]
 
 
 @pytest.mark.parametrize("study", COMMITTED)
