@@ -220,7 +220,6 @@ def comparison(df: pd.DataFrame) -> pd.DataFrame:
     return df.drop(columns=["_block_order", "_swept_order"]).reset_index(drop=True)
 
 
-
 # -- the table ----------------------------------------------------------------
 
 # only where a configuration ran more than once: how many of its runs succeeded, how many reached the target
