@@ -22,6 +22,7 @@ not predicted.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from types import SimpleNamespace
 
@@ -80,18 +81,19 @@ def cluster() -> Cluster:
                    latency_us=5, inter_latency_us=10, memory_gib=80)
 
 
-def predicted(p: Published, column: str, fraction: float, profiles: dict | None = None) -> float:
+@functools.lru_cache(maxsize=None)
+def _profile(model: str, fraction: float):
+    """The roofline profile of the paper's ``model`` (one per model: its micro-batch size is fixed)."""
+    p = next(p for p in TABLE if p.model == model)
+    cfg = model_config(p)
+    return roofline_profile(cfg, cfg.img_size, p.micro_batch, "bf16", gpu(GPU_NAME, "bf16", fraction),
+                            cluster().network())
+
+
+def predicted(p: Published, column: str, fraction: float) -> float:
     """Samples per GPU per second the simulator predicts for ``p`` under the paper's ``column``."""
     cfg = model_config(p)
-    c = cluster()
-    key = (p.model, p.micro_batch, fraction)
-    if profiles is None or key not in profiles:
-        profile = roofline_profile(cfg, cfg.img_size, p.micro_batch, "bf16", gpu(GPU_NAME, "bf16", fraction),
-                                   c.network())
-        if profiles is not None:
-            profiles[key] = profile
-    else:
-        profile = profiles[key]
+    profile = _profile(p.model, fraction)
     schedule, per_rank = SCHEDULES[column]
     per_rank = per_rank or (cfg.depth // p.gpus)
     stages = p.gpus * per_rank
@@ -100,30 +102,29 @@ def predicted(p: Published, column: str, fraction: float, profiles: dict | None 
     boundaries = [1 + per_stage * s for s in range(1, stages)]
     layout = SimLayout(column, [1] * p.gpus, boundaries, p.micro_batches, schedule, set(), hides_allreduce=False,
                        stages_per_rank=per_rank)
-    pred = predict(profile, c, layout, p.gpus, p.micro_batch * p.micro_batches)
+    pred = predict(profile, cluster(), layout, p.gpus, p.micro_batch * p.micro_batches)
     return pred.throughput / p.gpus
 
 
-def fit_fraction(profiles: dict | None = None) -> float:
+def fit_fraction() -> float:
     """The achieved fraction of the A100's datasheet at which :data:`FIT_ON` predicts its published figure."""
     model, m, column = FIT_ON
     target = next(p for p in TABLE if p.model == model and p.micro_batches == m)
     fraction = 0.5
     for _ in range(2):  # throughput is nearly proportional to the fraction (kernel floors aside)
-        fraction *= target.samples_per_gpu_s[column] / predicted(target, column, fraction, profiles)
+        fraction *= target.samples_per_gpu_s[column] / predicted(target, column, fraction)
     return fraction
 
 
 def comparison(progress=None) -> tuple[pd.DataFrame, float]:
     """One row per configuration and schedule: published and predicted samples/GPU/s, the error,
     and each schedule's ratio to 1F1B published and predicted; and the fitted fraction."""
-    profiles: dict = {}
-    fraction = fit_fraction(profiles)
+    fraction = fit_fraction()
     rows = []
     for p in TABLE:
         if progress:
             progress(f"{p.model} m={p.micro_batches}")
-        ours = {column: predicted(p, column, fraction, profiles) for column in SCHEDULES}
+        ours = {column: predicted(p, column, fraction) for column in SCHEDULES}
         for column, value in ours.items():
             published = p.samples_per_gpu_s[column]
             ratio_pub = published / p.samples_per_gpu_s["1F1B"]

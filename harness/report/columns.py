@@ -18,7 +18,7 @@ from typing import Callable, Union
 
 import pandas as pd
 
-from harness.report.record import variant_text
+from harness.report.record import config_name
 
 Source = Union[str, Callable[[pd.DataFrame], pd.Series]]
 
@@ -65,8 +65,8 @@ class Column:
 def _strategy(df: pd.DataFrame) -> pd.Series:
     """The strategy with the options that tell its runs apart, ``hippie (recompute=auto)``."""
     parts = [df[k] if k in df else pd.Series(None, index=df.index, dtype=object) for k in ("variant", "swept")]
-    shown = [variant_text({"variant": v, "swept": w}) for v, w in zip(*parts)]
-    return pd.Series([f"{s} ({v})" if v else s for s, v in zip(df["strategy"], shown)], index=df.index)
+    return pd.Series([config_name({"strategy": s, "variant": v, "swept": w}) for s, v, w in zip(df["strategy"], *parts)],
+                     index=df.index)
 
 
 def _bubble(df: pd.DataFrame) -> pd.Series:

@@ -27,7 +27,7 @@ from typing import Callable, Iterator
 import matplotlib
 import pandas as pd
 
-from harness.report.record import diverged_at, natural_key, variant_text
+from harness.report.record import config_name, diverged_at, natural_key, variant_text
 from harness.report.statistics import interval
 from harness.report.traces import run_name, write_trace
 
@@ -60,9 +60,8 @@ def config_key(record: dict) -> tuple[str, str, int]:
 def config_label(record: dict, workers: bool = True) -> str:
     """'hippie (recompute=auto), w=2': the one label of a configuration in every figure (the
     tables' strategy column, and the workers)."""
-    strategy, variant, w = config_key(record)
-    name = f"{strategy} ({variant})" if variant else strategy
-    return f"{name}, w={w}" if workers else name
+    name = config_name(record)
+    return f"{name}, w={config_key(record)[2]}" if workers else name
 
 
 class Styles:
@@ -295,8 +294,9 @@ def _curves_of(records: list[dict], styles: Styles, out_dir: str, name: str) -> 
         for runs in groups.values():
             first = runs[0]
             diverged = sum(diverged_at(r["loss_curve"]) is not None for r in runs)
-            label = config_label(first) + (f" (x{len(runs)}, {diverged} diverged)" if diverged and len(runs) > 1 else
-                                           f" (x{len(runs)})" if len(runs) > 1 else " (diverged)" if diverged else "")
+            notes = ([f"x{len(runs)}"] if len(runs) > 1 else []) + (
+                [f"{diverged} diverged" if len(runs) > 1 else "diverged"] if diverged else [])
+            label = config_label(first) + (f" ({', '.join(notes)})" if notes else "")
             style = dict(color=styles.color(first), linestyle=styles.line(first), marker=styles.marker(first),
                          zorder=3 if first.get("strategy") == "dp" else 2)  # the reference on top
             steps, mean, half = _mean_curve([[(s, v) for s, v in r["loss_curve"]] for r in runs])
@@ -349,8 +349,7 @@ def sensitivity(records: list[dict], out_dir: str) -> list[str]:
             if name not in swept:
                 continue
             others = ", ".join(f"{n}={v}" for n, v in swept.items() if n != name)
-            key = (str(r.get("strategy")), "; ".join(p for p in (r.get("variant"), others) if p),
-                   int(r.get("world_size") or 0))
+            key = config_key({**r, "swept": others})
             lines.setdefault(key, {}).setdefault(float(swept[name]), []).append(r)
         if not any(len(points) > 1 for points in lines.values()):
             continue
@@ -361,7 +360,7 @@ def sensitivity(records: list[dict], out_dir: str) -> list[str]:
                 strategy, variant, w = key
                 xs = sorted(points)
                 means = [_mean_and_half([r["accuracy"] * 100 for r in points[x]]) for x in xs]
-                label = f"{strategy} ({variant}), w={w}" if variant else f"{strategy}, w={w}"
+                label = f"{config_name({'strategy': strategy, 'variant': variant})}, w={w}"
                 ax.errorbar(xs, [m for m, _ in means], yerr=[h for _, h in means], label=label, capsize=2,
                             elinewidth=0.8, color=styles.color(points[xs[0]][0]), marker=_MARKERS[i % len(_MARKERS)])
             if values[0] > 0 and values[-1] >= 10 * values[0]:

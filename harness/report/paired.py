@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from harness.report.record import variant_text
+from harness.report.record import config_name
 from harness.report.statistics import first_at_target, interval
 
 PAIR_KEYS = ("model", "data", "global_batch", "steps", "precision")
@@ -33,9 +33,7 @@ def _at_target(record: dict, target: float) -> tuple[int | None, float | None]:
 
 
 def _label(record: dict) -> str:
-    variant = variant_text(record)
-    name = f"{record['strategy']} ({variant})" if variant else record["strategy"]
-    return f"{name}, {record['world_size']} workers"
+    return f"{config_name(record)}, {record['world_size']} workers"
 
 
 def against_reference(records: list[dict], reference: str = "dp", margin: float = MARGIN) -> pd.DataFrame | None:

@@ -139,6 +139,12 @@ def variant_text(record: dict) -> str:
     return "; ".join(p for p in (record.get("variant"), record.get("swept")) if isinstance(p, str) and p)
 
 
+def config_name(record: dict) -> str:
+    """``hippie (recompute=auto)``, ``dp (lr=0.3)``: the strategy with what tells its runs apart."""
+    variant = variant_text(record)
+    return f"{record.get('strategy')} ({variant})" if variant else str(record.get("strategy"))
+
+
 def natural_key(text: str) -> list:
     """A sort key that orders the numbers in ``text`` by value: 'lr=2' before 'lr=10'."""
     return [(0, float(part), "") if i % 2 else (1, 0.0, part)

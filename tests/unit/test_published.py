@@ -6,15 +6,14 @@ from harness.planning import published
 
 
 def test_one_fitted_fraction_predicts_another_model_and_zero_bubbles_gain_over_1f1b():
-    profiles: dict = {}
-    fraction = published.fit_fraction(profiles)
+    fraction = published.fit_fraction()
     assert 0.2 < fraction <= 1.0
     model, m, column = published.FIT_ON
     fitted = next(p for p in published.TABLE if (p.model, p.micro_batches) == (model, m))
-    assert published.predicted(fitted, column, fraction, profiles) == pytest.approx(
+    assert published.predicted(fitted, column, fraction) == pytest.approx(
         fitted.samples_per_gpu_s[column], rel=0.01)
     other = next(p for p in published.TABLE if (p.model, p.micro_batches) == ("1.5B", 24))
-    ours = {c: published.predicted(other, c, fraction, profiles) for c in published.SCHEDULES}
+    ours = {c: published.predicted(other, c, fraction) for c in published.SCHEDULES}
     paper = other.samples_per_gpu_s
     for c, value in ours.items():
         assert value == pytest.approx(paper[c], rel=0.25), c
