@@ -51,6 +51,8 @@ def task(cfg: DictConfig) -> None:
     rec.update({k: spec.summary()[k] for k in ("variant", "precision", "tag", "seed")})
     # where the compute costs came from: a measured profile, or the roofline (its GPU and fraction)
     rec["compute_model"] = profile.meta.get("compute_model") or {"kind": "profile", "device": profile.device}
+    if made.spread:
+        rec.update(made.spread.record())
     computes = spec.strategy_cls.samples_per_forward(spec)
     if computes != profile.batch:
         print(f"note: the profile was measured at {profile.batch} samples per forward, this "
@@ -64,4 +66,6 @@ def task(cfg: DictConfig) -> None:
           f"(iteration {pred.iteration_s * 1e3:.2f} ms), bubble {pred.bubble_fraction:.1%}, "
           f"exposed communication {pred.comm_s * 1e3:.2f} ms, replicas {pred.replicas}, "
           f"boundaries {pred.boundaries}, peak memory per stage "
-          f"{[round(m / 2**20, 1) for m in pred.peak_memory_per_stage]} MiB")
+          f"{[round(m / 2**20, 1) for m in pred.peak_memory_per_stage]} MiB"
+          + (f"; over {made.spread.draws} drawn runs: median {made.spread.p50:.1f} samples/s, 80% within "
+             f"{made.spread.p10:.1f}-{made.spread.p90:.1f}" if made.spread else ""))

@@ -1,22 +1,22 @@
 """The simulator's predictions against measured runs on this machine, repeats interleaved.
 
-Each repeat takes every validation configuration in turn: run it for real, profile it
-(with its own settings, its strategy's runtime overhead included), run it again, and
-predict it from that profile against the mean of the two runs, all through the commands
-a user runs (``pipebench run``, ``pipebench profile``, ``pipebench simulate``). A shared machine's speed
-drifts over tens of seconds, so one run can differ from the next of the same
-configuration by more than the simulator's own error; repeating the round spreads that
-drift over every configuration. The configurations span two models (vit_micro, and
-vit_tiny where compute dominates), two global batches, 2, 4 and 8 micro-batches and
-every strategy that runs at 2 workers, torch pipelining's interleaved and zero-bubble
-schedules included. The table gives, per configuration, the measured and predicted
-throughput (mean and spread over the repeats), the error of the means and the worst
-single-repeat error; the summary gives how many configurations are within 10%, the
-mean signed error and whether the ranking is kept wherever measured throughputs of
-one model and batch differ by more than 10%.
+Three tables from one command. The changed-configuration study
+(harness.studies.changed_config) profiles each model once per repeat and predicts, from
+that one profile, its profiled configuration (the replay table) and configurations it did
+not profile (the changed table: other cuts, micro-batch counts and global batches,
+schedules, runtimes, replicas, recomputation), each run for real beside it, each
+prediction with a 10-90% interval from runs drawn with the profile's measured spread.
+The published-table comparison predicts the Zero Bubble paper's A100 table with the
+roofline model (harness.planning.published). With ``--budget full``, the matrix of
+configurations each profiled with its own settings runs too: each configuration run,
+profiled, run again and predicted from that profile, through the commands a user runs
+(``pipebench run``, ``pipebench profile``, ``pipebench simulate``); a shared machine's
+speed drifts over tens of seconds, so one run can differ from the next of the same
+configuration by more than the simulator's own error, and repeating the round spreads
+that drift over every configuration.
 
-Example (15 to 45 minutes a repeat on 2 cores):
-  pipebench validate --repeats 2 --out results/simulator_validation
+Example (about 45 minutes on 2 cores):
+  pipebench validate --out results/simulator_validation
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ import time
 import pandas as pd
 
 from harness.planning import published
+from harness.studies import changed_config
 from harness.studies.driver import read_record, run_command
 
 # every configuration runs on 2 CPU workers; pipelines on a given cut (the runs and the
@@ -242,10 +243,21 @@ def write_published(out: str) -> str:
     return text
 
 
+BUDGETS = {  # models of the changed-configuration study, its repeats, and whether the profiled matrix runs too
+    "quick": (("vit_micro",), 1, False),  # about 12 minutes on 2 cores
+    "standard": (("vit_micro", "vit_tiny"), 2, False),  # about 45 minutes
+    "full": (("vit_micro", "vit_tiny"), 3, True),  # about 2 hours 45
+}
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--repeats", type=int, default=2, help="profile + runs + predictions, this many times")
+    parser.add_argument("--budget", choices=list(BUDGETS), default="standard",
+                        help="quick: vit_micro, one repeat (about 12 min); standard: both models, two repeats "
+                             "(about 45 min); full: three repeats and the matrix of configurations each profiled "
+                             "with its own settings too (about 2 h 45)")
+    parser.add_argument("--repeats", type=int, default=None, help="repeats (default: the budget's)")
     parser.add_argument("--steps", type=int, default=30, help="training steps per measured run")
-    parser.add_argument("--out", default="results/simulator_validation", help="where runs and the table go")
+    parser.add_argument("--out", default="results/simulator_validation", help="where runs and the tables go")
     parser.add_argument("--only", default="", help="run only the configurations whose name contains this text")
     parser.add_argument("--summarise", action="store_true",
                         help="run nothing: rebuild the tables from the repeats already under --out")
@@ -254,31 +266,50 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    models, repeats, profiled_matrix = BUDGETS[args.budget]
+    repeats = args.repeats or repeats
+    changed_dir = os.path.join(args.out, "changed")
+    matrix = [c for c in changed_config.configs(models) if args.only in c.label]
     if args.published:
         print(write_published(args.out))
         return 0
     if args.summarise:
-        repeats = collect(args.out)
-        if not any(repeats):
-            print(f"error: --summarise: no finished configuration under {args.out}/repeat*", file=sys.stderr)
+        found = False
+        if collect(args.out) and any(collect(args.out)):
+            print(write_tables(args.out, collect(args.out)))
+            found = True
+        if os.path.isdir(changed_dir):
+            print(changed_config.write(changed_dir))
+            found = True
+        if not found:
+            print(f"error: --summarise: no finished configuration under {args.out}/repeat* or {changed_dir}/repeat*",
+                  file=sys.stderr)
             return 2
-        print(write_tables(args.out, repeats))
         return 0
-    if args.repeats < 1 or args.steps <= 5:
+    if repeats < 1 or args.steps <= 5:
         print("error: --repeats must be at least 1 and --steps over 5 (the warm-up steps)", file=sys.stderr)
         return 2
-    configs = {k: v for k, v in CONFIGS.items() if args.only in k}
-    if not configs:
-        print(f"error: --only {args.only!r} matches no configuration; they are: {'; '.join(CONFIGS)}", file=sys.stderr)
+    configs = {k: v for k, v in CONFIGS.items() if args.only in k} if profiled_matrix else {}
+    if not matrix and not configs:
+        print(f"error: --only {args.only!r} matches no configuration; they are: "
+              f"{'; '.join(c.label for c in changed_config.configs(models))}", file=sys.stderr)
         return 2
-    repeats = []
-    for r in range(args.repeats):
+    if matrix and not any(c.profiled for c in matrix):
+        print(f"error: --only {args.only!r} leaves out the profiled configuration every prediction starts from; "
+              "give a model's name, or text the profiled configuration's name contains too", file=sys.stderr)
+        return 2
+    by_repeat = []
+    for r in range(repeats):
         t0 = time.time()
-        print(f"repeat {r + 1}/{args.repeats} ({len(configs)} configurations, about a minute and a half each) ...",
-              flush=True)
-        repeats.append(validate_once(os.path.join(args.out, f"repeat{r}"), args.steps, configs))
-        print(f"repeat {r + 1}/{args.repeats} took {time.time() - t0:.0f} s", flush=True)
-    os.makedirs(args.out, exist_ok=True)
-    print(write_tables(args.out, repeats))
+        print(f"repeat {r + 1}/{repeats}: {len(matrix)} configurations predicted from one profile per model"
+              + (f", then {len(configs)} each profiled with its own settings" if configs else "") + " ...", flush=True)
+        changed_config.run_repeat(os.path.join(changed_dir, f"repeat{r}"), matrix, args.steps,
+                                  log=lambda line: print(line, flush=True))
+        if configs:
+            by_repeat.append(validate_once(os.path.join(args.out, f"repeat{r}"), args.steps, configs))
+        print(f"repeat {r + 1}/{repeats} took {time.time() - t0:.0f} s", flush=True)
+    print(changed_config.write(changed_dir))
+    if by_repeat:
+        print(write_tables(args.out, by_repeat))
     print(write_published(args.out))
     return 0

@@ -188,6 +188,9 @@ class SimConfig:
     # pipebench profile also measures the strategy's runtime overhead on this host (null-model
     # runs of the strategy itself), which a prediction for this host (cluster=local_cpu) adds
     runtime_overhead: bool = True
+    # pipebench simulate: also replay this many runs with each compute and transfer drawn from the
+    # profile's measured spread (seeded by seed), for a median and a 10-90% interval (0: medians only)
+    draws: int = bounded(0, 0)
     # pipebench simulate's compute costs: a measured profile (sim.profile, or measured now), or
     # the roofline model of a named GPU from FLOPs and bytes (harness.planning.roofline)
     compute: str = choice("profile", "profile", "roofline")

@@ -23,7 +23,7 @@ from harness.core.models import num_layers
 from harness.planning.planner import Profile
 from harness.planning.profiling import Workload, measure_profile
 from harness.planning.roofline import GPU_MEMORY_BANDWIDTH, gpu, measured_fraction, roofline_profile
-from harness.planning.simulator import Cluster, Prediction, predict
+from harness.planning.simulator import Cluster, Prediction, Spread, predict, predict_spread
 from harness.runtime.partition import stage_ranges
 from harness.runtime.schedules import ASYNC
 
@@ -37,6 +37,12 @@ class Forecast:
     profile: Profile
     cluster: Cluster
     source: str  # where the compute costs came from
+    spread: Spread | None = None  # the replay's draws (sim.draws), where asked for
+
+
+# a drawn run's throughput averages at most this many replayed steps: the jitter of more averages
+# out (a 25-step run's mean varies a fifth as much as one step), the host's level does not
+SPREAD_STEPS = 25
 
 
 def workload_of(spec) -> Workload:
@@ -145,5 +151,12 @@ def forecast(spec, profile: Profile | None = None, shipped: bool = False, measur
             return None
     cluster = cluster_of(spec, profile)
     layout = spec.strategy_cls.simulated(spec, profile, cluster)
+    spread = None
+    if spec.sim.draws and spec.sim.compute == "roofline":
+        raise ConfigError("sim.draws draws from a measured profile's spread, which the roofline model has not: "
+                          "give sim.compute=profile with sim.profile, or sim.draws=0")
+    if spec.sim.draws:  # a run's measured steps: those after its warm-up
+        spread = predict_spread(profile, cluster, layout, spec.world_size, spec.train.global_batch, spec.sim.draws,
+                                min(SPREAD_STEPS, spec.train.steps - spec.train.warmup_steps), seed=spec.seed)
     return Forecast(predict(profile, cluster, layout, spec.world_size, spec.train.global_batch), profile, cluster,
-                    source)
+                    source, spread)

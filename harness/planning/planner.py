@@ -65,6 +65,9 @@ class Network:
     # gloo moves a message once its receive is posted: what a receive posted after its send waits
     # more when the sender is computing then than when it is idle (0: not measured)
     late_receive_s: float = 0.0
+    # each measured round trip of a small message over their median: how a transfer's time varies
+    # (the replay's draws; None: not measured)
+    spread: list[float] | None = None
 
 
 @dataclass
@@ -81,9 +84,10 @@ class Profile:
     # measured optimizer update (AdamW) seconds per parameter byte
     optimizer_s_per_byte: float = 0.0
     version: int = PROFILE_VERSION
-    # the host's own costs of the runtime of the strategy profiled (per action, per step), measured
-    # on a null model (harness.planning.simulator.RuntimeOverhead's fields); None: not measured
-    runtime: dict | None = None
+    # the host's own costs of the runtimes measured (per action, per step), one entry per strategy
+    # and schedule, each from null-model runs (harness.planning.simulator.RuntimeOverhead's fields):
+    # the strategy profiled, and any added later (pipebench profile sim.profile=...); None: none
+    runtime: list[dict] | None = None
     # workers measuring side by side, started together pass after pass: the slowest one's time over
     # one's (harness.planning.profiling.meeting_factor); 1 for one worker
     meeting_factor: float = 1.0
@@ -95,6 +99,10 @@ class Profile:
     # a CPU host's processes compute slower after sleeping in a wait: [seconds asleep, what a forward
     # or a backward then adds], ascending (harness.planning.profiling._wake_s); None: not measured
     wake: list | None = None
+    # how a compute's time varies (harness.planning.profiling.compute_spread): {"level": each
+    # measuring round's median whole pass over their median, "jitter": each pass over its round's};
+    # the replay draws from them (harness.planning.simulator.predict_spread); None: not measured
+    spread: dict | None = None
 
     def wake_s(self, idle: float) -> float:
         """What a forward or a backward adds after ``idle`` seconds of waiting: linear between the
@@ -121,9 +129,14 @@ class Profile:
                        device=d["device"], batch=d["batch"],
                        optimizer_state_per_param_byte=d.get("optimizer_state_per_param_byte", 2.0),
                        meta=d.get("meta", {}), step_factor=d.get("step_factor", 1.0),
-                       optimizer_s_per_byte=d.get("optimizer_s_per_byte", 0.0), runtime=d.get("runtime"),
+                       optimizer_s_per_byte=d.get("optimizer_s_per_byte", 0.0), runtime=_runtimes(d.get("runtime")),
                        meeting_factor=d.get("meeting_factor", 1.0), stage_factors=d.get("stage_factors"),
-                       wake=d.get("wake"))
+                       wake=d.get("wake"), spread=d.get("spread"))
+
+
+def _runtimes(stored) -> list[dict] | None:
+    """A profile's runtime overheads as a list (profiles written before several could be kept hold one)."""
+    return [stored] if isinstance(stored, dict) else stored
 
 
 @dataclass

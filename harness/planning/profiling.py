@@ -69,6 +69,7 @@ class _Measurement:
     lockstep: list[float]  # passes started together with the other processes
     stage_s: float | None  # its stage's steady-state pass (None: no stage)
     wake_s: list[float] | None  # per WAKE_IDLE_S, the extra per forward or backward (None: not a CPU)
+    pass_rounds: list[list[float]]  # every timed whole pass, round by round (the spread)
 
 
 def _saved_bytes(fn) -> tuple[object, int]:
@@ -231,13 +232,15 @@ def measure_network(comm, size_bytes: int = 8 * 2**20, repeats: int = 5, pings: 
     stats = torch.tensor([_median(p2p) if p2p else 0.0, _median(lat) if lat else 0.0, _median(ar)], dtype=torch.float64)
     stats = comm.broadcast_object(stats.tolist(), src=0)
     p2p_t, lat_t, ar_t = stats
+    # each round trip over their median: how a transfer's time varies (the replay's draws)
+    spread = comm.broadcast_object([t / lat_t for t in lat] if lat and lat_t else None, src=0)
     # the mean, not the median: a busy sender's I/O thread mostly runs at once, now and then only
     # after a scheduler's slice (about 3 ms), and a run pays the mean (measured on rank 1 only)
     extra = statistics.mean(late[True]) - statistics.mean(late[False]) if late[True] else 0.0
     late_t = comm.broadcast_object(max(extra, 0.0), src=1) if w > 1 else 0.0
     return Network(p2p_bytes_per_s=size_bytes / max(p2p_t - lat_t, 1e-9) if p2p_t else float("inf"),
                    allreduce_bytes_per_s=(2 * (w - 1) / w * size_bytes / ar_t) if w > 1 else float("inf"),
-                   latency_s=lat_t, late_receive_s=late_t)
+                   latency_s=lat_t, late_receive_s=late_t, spread=spread)
 
 
 def measure_local_network() -> Network:
@@ -284,7 +287,8 @@ def measure_profile(work: Workload, device: torch.device, network: Network | Non
         # each process's own stage (or the whole model): a step's wake-ups fall on every stage
         wake = [[idle, max(0.0, statistics.mean(m.wake_s[i] for m in measured))] for i, idle in enumerate(WAKE_IDLE_S)]
     else:  # a GPU's kernels queue behind the host's dispatch: no wake-up cost
-        slowest = _measure(work, device, whole=whole)
+        measured = [_measure(work, device, whole=whole)]
+        slowest = measured[0]
         meeting, stage_factors, stages_note, wake = 1.0, None, None, None
     layers, pass_s, update_s = slowest.layers, slowest.pass_s, slowest.update_s
     calibrated = _calibrated(layers, whole)
@@ -306,7 +310,21 @@ def measure_profile(work: Workload, device: torch.device, network: Network | Non
     return Profile(layers, network, str(device), work.samples, meta=meta,
                    step_factor=pass_s / _isolated_s(calibrated, work.samples),
                    optimizer_s_per_byte=update_s / sum(l.param_bytes for l in calibrated), meeting_factor=meeting,
-                   stage_factors=stage_factors, wake=wake)
+                   stage_factors=stage_factors, wake=wake, spread=compute_spread([m.pass_rounds for m in measured]))
+
+
+def compute_spread(pass_rounds: list[list[list[float]]]) -> dict:
+    """How a compute's time varies, from the whole passes of each measuring process, round by round:
+    ``level``, each round's median over the median of the process's rounds (the host's speed
+    drifting over seconds, which a run's steps share); ``jitter``, each pass over its round's
+    median (from one action to the next). The replay's draws (harness.planning.simulator)."""
+    level, jitter = [], []
+    for rounds in pass_rounds:
+        medians = [statistics.median(r) for r in rounds if r]
+        middle = statistics.median(medians)
+        level += [m / middle for m in medians]
+        jitter += [t / m for r, m in zip((r for r in rounds if r), medians) for t in r]
+    return {"level": level, "jitter": jitter}
 
 
 def _isolated_s(layers: list[LayerProfile], samples: int) -> float:
@@ -389,8 +407,8 @@ def _measure(work: Workload, device: torch.device, side_by_side=None, rounds: in
         if side_by_side is not None:
             side_by_side.wait(timeout=600)
         layer_rounds.append(profile_layers(layers, sample, repeats=3))
-        pass_s, update_s = _whole_step_s(work, _calibrated(layers, whole), sample, repeats=6, budget_s=2.0)
-        passes.append(pass_s)
+        _, update_s, times = _whole_step_s(work, _calibrated(layers, whole), sample, repeats=6, budget_s=2.0)
+        passes.append(times)
         updates.append(update_s)
         if stage is not None:
             if side_by_side is not None:
@@ -402,9 +420,10 @@ def _measure(work: Workload, device: torch.device, side_by_side=None, rounds: in
                                   for k in ("forward_s", "backward_s", "backward_input_s", "backward_weight_s")})
                 for i, first in enumerate(layer_rounds[0])]
     lockstep = _lockstep_passes(work, _calibrated(layers, whole), sample, side_by_side) if side_by_side is not None else []
-    return _Measurement(profiled, statistics.median(passes), statistics.median(updates), lockstep,
-                        statistics.median(stage_passes) if stage_passes else None,
-                        [statistics.median(w[i] for w in wakes) for i in range(len(WAKE_IDLE_S))] if wakes else None)
+    return _Measurement(profiled, statistics.median(statistics.median(r) for r in passes), statistics.median(updates),
+                        lockstep, statistics.median(stage_passes) if stage_passes else None,
+                        [statistics.median(w[i] for w in wakes) for i in range(len(WAKE_IDLE_S))] if wakes else None,
+                        passes)
 
 
 def _stage_pass_s(work: Workload, layers, stage: int, x: torch.Tensor, repeats: int, budget_s: float) -> float:
@@ -530,9 +549,11 @@ def _load_measurement(path: str) -> _Measurement:
     return _Measurement(**{**d, "layers": [LayerProfile(**l) for l in d["layers"]]})
 
 
-def _whole_step_s(work: Workload, layers, sample: torch.Tensor, repeats: int, budget_s: float) -> tuple[float, float]:
+def _whole_step_s(work: Workload, layers, sample: torch.Tensor, repeats: int,
+                  budget_s: float) -> tuple[float, float, list[float]]:
     """Median times of a real training step of ``layers`` on ``sample`` (one worker):
-    (forward, loss and backward; the optimizer update). Large models stop at the time budget."""
+    (forward, loss and backward; the optimizer update; every forward, loss and backward timed).
+    Large models stop at the time budget."""
     model = torch.nn.Sequential(*layers)
     optimizer = make_optimizer(model.parameters(), work.train)
     target = torch.randint(0, work.num_classes, (sample.shape[0],), device=sample.device)
@@ -552,4 +573,4 @@ def _whole_step_s(work: Workload, layers, sample: torch.Tensor, repeats: int, bu
         if r >= 2:  # the first two warm up
             passes.append(timer.elapsed(t0, t1))
             updates.append(timer.elapsed(t1, t2))
-    return statistics.median(passes), statistics.median(updates)
+    return statistics.median(passes), statistics.median(updates), passes

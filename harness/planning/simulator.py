@@ -21,12 +21,17 @@ Each strategy describes what it runs as a :class:`SimLayout` (its class's
 ``simulated`` method); nothing here depends on a strategy's name. Synchronous
 schedules give the time of one iteration (fill, steady state and drain); the
 asynchronous one gives the steady-state interval between minibatches.
+
+A prediction replays the profile's medians (:func:`predict`); :func:`predict_spread` replays
+it many times with each compute and transfer drawn from the profile's measured spread
+(seeded), for a median and an interval of what a run would measure.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+import numpy as np
 from scipy.optimize import minimize_scalar
 
 from harness.core.errors import ConfigError
@@ -196,21 +201,42 @@ def _stage_ranks(replicas: list[int]) -> list[list[int]]:
 
 def host_overhead(profile: Profile, cluster: Cluster, layout: SimLayout) -> tuple[float, float]:
     """(per action, per step) seconds the replay adds: the profile's measured runtime overhead
-    where the cluster is the profiled host and the profile measured this strategy's runtime."""
-    rt = profile.runtime
-    if not cluster.host_overhead or not rt or (rt["strategy"], rt["schedule"]) != (layout.strategy, layout.schedule):
-        return 0.0, 0.0
-    return rt["per_action_s"], rt["per_step_s"]
+    where the cluster is the profiled host and the profile measured this strategy's runtime (with
+    this schedule)."""
+    if cluster.host_overhead:
+        for rt in profile.runtime or []:
+            if (rt["strategy"], rt["schedule"]) == (layout.strategy, layout.schedule):
+                return rt["per_action_s"], rt["per_step_s"]
+    return 0.0, 0.0
+
+
+@dataclass
+class Draw:
+    """One replayed step's random costs: every compute action's time is scaled by the host's
+    ``level`` (drawn once per step) and by a ``jitter`` drawn per action, every transfer's by a
+    draw of ``transfer``; each from a profile's measured spread."""
+
+    rng: np.random.Generator
+    level: float
+    jitter: np.ndarray
+    transfer: np.ndarray | None
+
+    def compute(self) -> float:
+        return self.level * self.jitter[self.rng.integers(len(self.jitter))]
+
+    def send(self) -> float:
+        return 1.0 if self.transfer is None else self.transfer[self.rng.integers(len(self.transfer))]
 
 
 def predict(profile: Profile, cluster: Cluster, layout: SimLayout, world_size: int, global_batch: int,
-            overhead: tuple[float, float] | None = None) -> Prediction:
+            overhead: tuple[float, float] | None = None, draw: Draw | None = None) -> Prediction:
     """Replay ``layout``'s action lists with the profile's costs on ``cluster``.
 
     The lists are per rank position of the pipeline (a lane); where a lane holds several
     stages (``stages_per_rank``) each action names its stage and costs that stage's work.
     ``overhead`` (per action, per step; default: :func:`host_overhead`) is added to every
-    action but the step, and to the step."""
+    action but the step, and to the step. With ``draw``, each compute and transfer costs its
+    median times a draw (:class:`Draw`)."""
     layers = profile.layers
     n_layers = len(layers)
     replicas, recompute, micro_batches = list(layout.replicas), set(layout.recompute), layout.micro_batches
@@ -290,6 +316,9 @@ def predict(profile: Profile, cluster: Cluster, layout: SimLayout, world_size: i
 
     def cost(p: int, a: sch.Action) -> float:
         scale = meeting if a.op in sch.COMPUTE else 1.0
+        if draw is not None:
+            scale *= draw.compute() if a.op in (*sch.COMPUTE, sch.STEP) else \
+                draw.send() if a.op in (sch.SEND_F, sch.SEND_B) else 1.0
         return work(p, a) * scale + (per_step if a.op == sch.STEP else per_action)
 
     def work(p: int, a: sch.Action) -> float:
@@ -349,6 +378,48 @@ def predict(profile: Profile, cluster: Cluster, layout: SimLayout, world_size: i
         memory.append(resident * (2 + profile.optimizer_state_per_param_byte) + stash + timeline.peak_live(p, kept))
     return Prediction(layout.strategy, world_size, global_batch, micro_batches, list(replicas), list(boundaries),
                       iteration, bubble, comm, memory, timeline)
+
+
+@dataclass
+class Spread:
+    """What :func:`predict_spread` found: the throughput's quantiles over the draws."""
+
+    draws: int
+    steps: int  # replayed steps averaged into each draw's throughput
+    p10: float
+    p50: float
+    p90: float
+
+    def record(self) -> dict:
+        return {"predicted_p10": self.p10, "predicted_median": self.p50, "predicted_p90": self.p90,
+                "predicted_draws": self.draws, "predicted_steps": self.steps}
+
+
+def predict_spread(profile: Profile, cluster: Cluster, layout: SimLayout, world_size: int, global_batch: int,
+                   draws: int, steps: int, seed: int = 0) -> Spread:
+    """The throughput a run of ``steps`` measured steps would report, as a distribution: ``draws``
+    runs, each of ``steps`` replayed steps, each step with its own draw of the host's level (how
+    the profile's whole pass varied from one round to the next, rounds about as long as a few
+    steps) and every compute's jitter and every transfer drawn from the profile's measured
+    spread; a run's throughput is the global batch over its mean step (the asynchronous
+    schedule's replay already spans many minibatches: one step each). Seeded: the same inputs
+    give the same quantiles."""
+    spread = profile.spread
+    if not spread or not spread.get("level") or not spread.get("jitter"):
+        raise ConfigError("the profile has no measured spread to draw from (made before it was kept); "
+                          "profile again (pipebench profile) or predict with medians (sim.draws=0)")
+    rng = np.random.default_rng(seed)
+    level, jitter = np.asarray(spread["level"]), np.asarray(spread["jitter"])
+    transfer = np.asarray(profile.network.spread) if profile.network.spread else None
+    steps = 1 if schedules.get(layout.schedule).asynchronous else max(1, steps)
+    throughputs = []
+    for _ in range(draws):
+        mean_step = np.mean([predict(profile, cluster, layout, world_size, global_batch,
+                                     draw=Draw(rng, float(level[rng.integers(len(level))]), jitter, transfer)).iteration_s
+                             for _ in range(steps)])
+        throughputs.append(global_batch / mean_step)
+    p10, p50, p90 = np.quantile(throughputs, [0.1, 0.5, 0.9])
+    return Spread(draws, steps, float(p10), float(p50), float(p90))
 
 
 def fit_runtime_overhead(cluster: Cluster, runs: list[tuple[SimLayout, int, int, float, Profile]]) -> tuple[float, float]:

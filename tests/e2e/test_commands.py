@@ -94,3 +94,19 @@ def test_the_preview_is_the_slurm_preflight_on_a_node_without_a_gpu(tmp_path, ca
         "refused: world_size=12 does not fill whole nodes of 8 tasks")
     assert rows["model=vit_base world_size=4 strategy=gpipe"][at["status"]].startswith("refused: strategy=gpipe runs 1")
     assert "9 job(s), 5 refused; nothing was started" in proc.stderr  # w=12 twice, gpipe three times
+
+
+def test_adding_a_runtime_to_a_profile_of_another_model_or_to_none_is_refused_in_one_line(tmp_path, capfd):
+    """``pipebench profile sim.profile=FILE`` adds a strategy's runtime overhead to that profile:
+    refused, before anything is measured, where the file is missing or profiled another model."""
+    from harness.planning.planner import LayerProfile, Network, Profile
+
+    path = tmp_path / "tiny.json"
+    path.write_text(Profile([LayerProfile("L", 1e-3, 2e-3, 1, 1, 1, 1)], Network(1e9, 1e9), "cpu", 8,
+                            meta={"model": "vit_tiny"}).to_json())
+    for profile, says in ((path, "profiled model vit_tiny, not vit_micro: give model=vit_tiny"),
+                          (tmp_path / "none.json", "does not exist")):
+        proc = pipebench(capfd, "profile", "model=vit_micro", "strategy=deepspeed", "world_size=2", f"sim.profile={profile}")
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and len(lines) == 1 and says in lines[0], proc.stderr
+    assert json.loads(path.read_text())["runtime"] is None  # left as it was

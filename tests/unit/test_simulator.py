@@ -6,6 +6,7 @@ from dataclasses import replace
 
 import pytest
 
+from harness.core.errors import ConfigError
 from harness.planning.planner import LayerProfile, Network, Profile
 from harness.planning.simulator import Cluster, SimLayout, predict
 from harness.runtime.schedules import ASYNC
@@ -298,10 +299,15 @@ def test_the_runtime_overhead_fit_recovers_the_costs_that_made_the_runs(schedule
     assert fit_runtime_overhead(cluster, runs[:1])[0] == 0.0
 
     layout = runs[0][0]
-    profile.runtime = vars(RuntimeOverhead("pipelining", schedule, per_action, per_step))
-    assert host_overhead(profile, replace(cluster, host_overhead=True), layout) == (per_action, per_step)
+    # a profile keeps one entry per strategy and schedule measured: each prediction takes its own
+    other = "gpipe" if schedule != "gpipe" else "1f1b"
+    profile.runtime = [vars(RuntimeOverhead("pipelining", other, 9e-4, 9e-3)),
+                       vars(RuntimeOverhead("pipelining", schedule, per_action, per_step))]
+    here = replace(cluster, host_overhead=True)
+    assert host_overhead(profile, here, layout) == (per_action, per_step)
+    assert host_overhead(profile, here, replace(layout, schedule=other)) == (9e-4, 9e-3)
     assert host_overhead(profile, cluster, layout) == (0.0, 0.0)  # a cluster other than this host
-    assert host_overhead(profile, replace(cluster, host_overhead=True), replace(layout, strategy="hippie")) == (0.0, 0.0)
+    assert host_overhead(profile, here, replace(layout, strategy="hippie")) == (0.0, 0.0)
 
 
 def test_the_runtime_overhead_fit_never_pushes_every_replay_past_its_run():
@@ -373,3 +379,44 @@ def test_validation_tables_are_rebuilt_from_an_interrupted_run(tmp_path):
     assert table[second]["repeats"] == "1" and float(table[second]["error of means"]) == pytest.approx(-0.2)
     verdict = _json.load(open(tmp_path / "validation.json"))
     assert verdict["configurations"] == 2 and verdict["within 10%"] == 1 and verdict["targets met"] is False
+
+
+def test_drawn_runs_spread_as_the_profile_measured_and_narrow_with_more_steps():
+    """A data-parallel step is all compute: with the host's level drawn from {0.8, 1, 1.25} and no
+    jitter, a one-step run's throughput is the medians' over one of those levels, so its 10-90%
+    interval spans them; averaging 25 steps, each with its own level, narrows it; the same seed
+    gives the same quantiles; a spread of one value gives the medians' prediction back."""
+    from harness.planning.simulator import predict_spread
+
+    profile, cluster, layout = _uniform_profile(n_layers=4), _free_network_cluster(), _dp(2)
+    base = predict(profile, cluster, layout, 2, 8).throughput
+    profile.spread = {"level": [1.0], "jitter": [1.0]}
+    flat = predict_spread(profile, cluster, layout, 2, 8, draws=20, steps=3)
+    assert flat.p10 == pytest.approx(base) and flat.p90 == pytest.approx(base)
+
+    profile.spread = {"level": [0.8, 1.0, 1.25], "jitter": [1.0]}
+    one = predict_spread(profile, cluster, layout, 2, 8, draws=200, steps=1, seed=3)
+    assert one.p10 == pytest.approx(base / 1.25) and one.p90 == pytest.approx(base / 0.8)
+    assert one.p50 == pytest.approx(base)
+    many = predict_spread(profile, cluster, layout, 2, 8, draws=200, steps=25, seed=3)
+    assert base / 1.25 < many.p10 < many.p50 < many.p90 < base / 0.8
+    assert many.p90 - many.p10 < 0.5 * (one.p90 - one.p10)
+    assert predict_spread(profile, cluster, layout, 2, 8, draws=200, steps=25, seed=3) == many
+
+    # a pipeline's transfers draw from the network's spread
+    pipe = _sync(2, 4)
+    net = replace(profile, spread={"level": [1.0], "jitter": [1.0]}, network=Network(1e12, 1e12, 0.0, spread=[0.5, 2.0]))
+    drawn = predict_spread(net, replace(cluster, intra_node_gbps=1e-3), pipe, 2, 8, draws=50, steps=1)
+    assert drawn.p10 < drawn.p90
+
+    profile.spread = None
+    with pytest.raises(ConfigError, match="no measured spread"):
+        predict_spread(profile, cluster, layout, 2, 8, draws=10, steps=1)
+
+
+def test_compute_spread_is_each_round_against_the_rounds_and_each_pass_against_its_round():
+    from harness.planning.profiling import compute_spread
+
+    spread = compute_spread([[[1.0, 1.0, 1.2], [2.0, 2.2, 2.0]], [[3.0, 3.0, 3.0]]])
+    assert spread["level"] == pytest.approx([1.0 / 1.5, 2.0 / 1.5, 1.0])
+    assert spread["jitter"] == pytest.approx([1.0, 1.0, 1.2, 1.0, 1.1, 1.0, 1.0, 1.0, 1.0])
