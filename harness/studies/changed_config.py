@@ -145,9 +145,13 @@ def run_repeat(out: str, matrix: list[Config], steps: int, cwd: str = ".", log=p
     common = [*COMMON, f"train.steps={steps}"]
     order = _order(out, matrix)
 
-    def run(c: Config, run_dir: str) -> None:
+    def attempt(args: list[str], run_dir: str) -> None:
+        """A command the tables can do without: its failure is said and the repeat goes on."""
         if not _done(run_dir):
-            _cli(["run", *c.overrides, *common], cwd, run_dir)
+            try:
+                _cli(args, cwd, run_dir)
+            except RuntimeError as e:
+                log(f"  failed, left out of the tables: {e}")
 
     for model, changed in order.items():
         base = _profiled(configs(), model)
@@ -160,14 +164,12 @@ def run_repeat(out: str, matrix: list[Config], steps: int, cwd: str = ".", log=p
                 _cli(["profile", *overrides, *common, f"sim.profile={profile}.part"], cwd)
             os.replace(f"{profile}.part", profile)
         for c in (base, *changed):
-            simulated = os.path.abspath(os.path.join(out, "simulated", c.folder))
-            if not _done(simulated):
-                _cli(["simulate", *c.overrides, *common, f"sim.profile={profile}", "cluster=local_cpu",
-                      f"sim.draws={DRAWS}"], cwd, simulated)
-        run(base, _anchor(out, model, 0))
+            attempt(["simulate", *c.overrides, *common, f"sim.profile={profile}", "cluster=local_cpu",
+                     f"sim.draws={DRAWS}"], os.path.abspath(os.path.join(out, "simulated", c.folder)))
+        attempt(["run", *base.overrides, *common], _anchor(out, model, 0))
         for i, c in enumerate(changed, 1):
-            run(c, os.path.abspath(os.path.join(out, "measured", c.folder)))
-            run(base, _anchor(out, model, i))
+            attempt(["run", *c.overrides, *common], os.path.abspath(os.path.join(out, "measured", c.folder)))
+            attempt(["run", *base.overrides, *common], _anchor(out, model, i))
         for row in _rows(out, model, changed):
             log(f"  {row['configuration']}: {row['measured']:.1f} samples/s measured, {row['predicted']:.1f} predicted "
                 f"({row['error']:+.1%}" + (f", beside the profiled runs {row['relative error']:+.1%}"
