@@ -275,10 +275,11 @@ def main(args: argparse.Namespace) -> int:
         return 0
     if args.summarise:
         found = False
-        if collect(args.out) and any(collect(args.out)):
-            print(write_tables(args.out, collect(args.out)))
+        profiled = collect(args.out)
+        if any(profiled):
+            print(write_tables(args.out, profiled))
             found = True
-        if os.path.isdir(changed_dir):
+        if not changed_config.collect(changed_dir).empty:
             print(changed_config.write(changed_dir))
             found = True
         if not found:

@@ -212,8 +212,8 @@ def host_overhead(profile: Profile, cluster: Cluster, layout: SimLayout) -> tupl
 
 @dataclass
 class Draw:
-    """One replayed step's random costs: every compute action's time is scaled by the host's
-    ``level`` (drawn once per step) and by a ``jitter`` drawn per action, every transfer's by a
+    """One replayed run's random costs: every compute action's time is scaled by the host's
+    ``level`` (drawn once per run) and by a ``jitter`` drawn per action, every transfer's by a
     draw of ``transfer``; each from a profile's measured spread."""
 
     rng: np.random.Generator
@@ -398,12 +398,12 @@ class Spread:
 def predict_spread(profile: Profile, cluster: Cluster, layout: SimLayout, world_size: int, global_batch: int,
                    draws: int, steps: int, seed: int = 0) -> Spread:
     """The throughput a run of ``steps`` measured steps would report, as a distribution: ``draws``
-    runs, each of ``steps`` replayed steps, each step with its own draw of the host's level (how
-    the profile's whole pass varied from one round to the next, rounds about as long as a few
-    steps) and every compute's jitter and every transfer drawn from the profile's measured
-    spread; a run's throughput is the global batch over its mean step (the asynchronous
-    schedule's replay already spans many minibatches: one step each). Seeded: the same inputs
-    give the same quantiles."""
+    runs, each with one draw of the host's level (how the profile's whole pass varied from one
+    round of its measurement to the next, a round lasting about as long as a short run's timed
+    steps) and its steps replayed with every compute's jitter and every transfer drawn from the
+    profile's measured spread; a run's throughput is the global batch over its mean step (the
+    asynchronous schedule's replay already spans many minibatches: one step each). Seeded: the
+    same inputs give the same quantiles."""
     spread = profile.spread
     if not spread or not spread.get("level") or not spread.get("jitter"):
         raise ConfigError("the profile has no measured spread to draw from (made before it was kept); "
@@ -414,8 +414,8 @@ def predict_spread(profile: Profile, cluster: Cluster, layout: SimLayout, world_
     steps = 1 if schedules.get(layout.schedule).asynchronous else max(1, steps)
     throughputs = []
     for _ in range(draws):
-        mean_step = np.mean([predict(profile, cluster, layout, world_size, global_batch,
-                                     draw=Draw(rng, float(level[rng.integers(len(level))]), jitter, transfer)).iteration_s
+        draw = Draw(rng, float(level[rng.integers(len(level))]), jitter, transfer)
+        mean_step = np.mean([predict(profile, cluster, layout, world_size, global_batch, draw=draw).iteration_s
                              for _ in range(steps)])
         throughputs.append(global_batch / mean_step)
     p10, p50, p90 = np.quantile(throughputs, [0.1, 0.5, 0.9])
