@@ -5,7 +5,10 @@ For each papers'-regime point (ViT-H/14 and ViT-B at global batch 256 on 16 GPUs
 AshPipe (its planner's plan) and of Hippie (2 stages x 8 replicas, 1F1B), first at the
 base assumptions, then moving one at a time: the fraction of the GPU's datasheet a run
 achieves (``sim.gpu_fraction``), the inter-node bandwidth (``cluster.inter_node_gbps``)
-and the micro-batch count (``train.micro_batches``, Hippie only). Every prediction is the
+and the micro-batch count (``train.micro_batches``, Hippie only); and once more at the
+fraction fitted on the Zero Bubble paper's published A100 table
+(harness.planning.published: the one GPU measurement of this kind the project can compare
+with, on GPT-like layers rather than ViT's). Every prediction is the
 simulator's, through the same specs, strategy classes and prediction as ``pipebench
 simulate`` (harness.planning.forecast); nothing runs.
 
@@ -23,6 +26,7 @@ from hydra import compose
 
 from harness.cli.hydra_app import composing
 from harness.config.spec import build_spec
+from harness.planning import published
 from harness.planning.forecast import forecast
 
 BASE = ["train.global_batch=256", "train.precision=bf16", "cluster=dgx_nvlink", "sim.compute=roofline", "sim.gpu=A100",
@@ -50,6 +54,7 @@ def speedups(overrides: list[str], micro_batches: int = MICRO_BATCHES) -> dict[s
 
 def table() -> pd.DataFrame:
     rows = []
+    fitted = round(published.fit_fraction(), 4)
     for model in MODELS:
         base = [*BASE, f"model={model}"]
         rows.append({"model": model, "moved": "none (base)", "value": "", **speedups(base)})
@@ -58,6 +63,8 @@ def table() -> pd.DataFrame:
                 print(f"  {model}: {key}={value} ...", flush=True)
                 moved = speedups(base, value) if key == "train.micro_batches" else speedups([*base, f"{key}={value}"])
                 rows.append({"model": model, "moved": label, "value": value, **moved})
+        rows.append({"model": model, "moved": "GPU fraction fitted on a published A100 table", "value": fitted,
+                     **speedups([*base, f"sim.gpu_fraction={fitted}"])})
     return pd.DataFrame(rows)
 
 

@@ -178,7 +178,11 @@ def run_repeat(out: str, matrix: list[Config], steps: int, cwd: str = ".", log=p
 
 
 def _done(run_dir: str) -> bool:
-    return os.path.exists(os.path.join(run_dir, "metrics.json"))
+    """Whether the run or prediction finished there (a failed or interrupted one is run again)."""
+    if not os.path.exists(os.path.join(run_dir, "metrics.json")):
+        return False
+    record, _ = read_record(run_dir)
+    return record is not None and record.get("status") == "ok"
 
 
 def _record(run_dir: str) -> dict:
