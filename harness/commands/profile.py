@@ -47,7 +47,7 @@ def task(cfg: DictConfig) -> None:
         runtime = False
     if spec.sim.profile:
         out = spec.sim.out or spec.sim.profile
-        profile = _add_to(spec, read_or_exit(spec.sim.profile), runtime)
+        profile = _add_to(spec, _read_or_exit(spec.sim.profile), runtime)
     else:
         print(f"profiling {spec.model.name} on {spec.device} (network between 2 local workers first) ...", flush=True)
         out = spec.sim.out or os.path.join("profiles", shipped_name(spec))
@@ -66,7 +66,7 @@ def task(cfg: DictConfig) -> None:
           + (f"; runtime overheads: {overheads}" if overheads else ""))
 
 
-def read_or_exit(path: str) -> Profile:
+def _read_or_exit(path: str) -> Profile:
     try:
         return read_profile(path)
     except ConfigError as e:
