@@ -20,7 +20,6 @@ configuration once per repeat, each repeat with its own profile.
 
 from __future__ import annotations
 
-import datetime
 import itertools
 import json
 import os
@@ -29,16 +28,17 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from harness.studies.driver import read_record, run_command
+from harness.studies.driver import measured_on, read_record, run_command
 
 # per model: the micro-batch size of its profile, its cut into 2 stages, other cuts, 4 stages
 # on 2 ranks (the multi-stage schedules)
 _MODELS = {"vit_micro": (16, "[3]", ("[2]", "[4]"), "[2,3,4]"),
            "vit_tiny": (8, "[7]", ("[5]",), "[4,7,10]")}
-COMMON = ["world_size=2", "train.warmup_steps=5", "logger.mode=disabled"]
+COMMON = ["train.warmup_steps=5", "logger.mode=disabled"]
 DRAWS = 200
 TARGET_MAE, TARGET_EACH, TARGET_SIGNED, RANK_GAP = 0.07, 0.15, 0.03, 0.10
 COVERAGE = (0.70, 0.90)
+MORE_WORKERS = "more workers than cores"  # the table of runs whose records say they are not comparable
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,11 @@ class Config:
     name: str  # what it changes, for the table
     overrides: tuple[str, ...]
     profiled: bool = False  # the configuration its model's profile was measured under
+    workers: int = 2  # more than this machine's 2 cores: its runs' records say they are not comparable
+
+    @property
+    def args(self) -> list[str]:
+        return [*self.overrides, f"world_size={self.workers}"]
 
     @property
     def label(self) -> str:
@@ -62,10 +67,11 @@ def configs(models: tuple[str, ...] = tuple(_MODELS)) -> list[Config]:
     for model in models:
         b, cut, other_cuts, four = _MODELS[model]
 
-        def add(name: str, *overrides: str, m: int = 4, profiled: bool = False, batch: int | None = None):
+        def add(name: str, *overrides: str, m: int = 4, profiled: bool = False, batch: int | None = None,
+                workers: int = 2):
             micro = [f"train.micro_batches={m}"] if m else []
             out.append(Config(model, name, (f"model={model}", f"train.global_batch={batch or b * (m or 1)}",
-                                            *overrides, *micro), profiled))
+                                            *overrides, *micro), profiled, workers))
 
         hippie = ("strategy=hippie", "strategy.recompute=none")
         add("hippie 1f1b m=4 (profiled)", *hippie, f"strategy.boundaries={cut}", profiled=True)
@@ -88,6 +94,13 @@ def configs(models: tuple[str, ...] = tuple(_MODELS)) -> list[Config]:
         add(f"ashpipe replicas=[1,1] B={b}", "strategy=ashpipe", "strategy.replicas=[1,1]",
             f"strategy.boundaries={cut}", m=0, batch=b)
         add(f"ashpipe replicas=[2] B={2 * b}", "strategy=ashpipe", "strategy.replicas=[2]", m=0, batch=2 * b)
+        # 4 workers on 2 cores, at the profile's size per worker: more replicas, more stages
+        add(f"w=4 dp B={4 * b}", "strategy=dp", m=0, batch=4 * b, workers=4)
+        add(f"w=4 hippie 2 stages x 2 replicas B={8 * b}", *hippie, f"strategy.boundaries={cut}", batch=8 * b,
+            workers=4)
+        add("w=4 hippie 4 stages", *hippie, f"strategy.boundaries={four}", workers=4)
+        add(f"w=4 ashpipe replicas=[2,2] B={2 * b}", "strategy=ashpipe", "strategy.replicas=[2,2]",
+            f"strategy.boundaries={cut}", m=0, batch=2 * b, workers=4)
     return out
 
 
@@ -101,7 +114,7 @@ def runtimes(matrix: list[Config], model: str) -> list[tuple[str, ...]]:
         key = tuple(o for o in c.overrides if o.startswith(("strategy=", "strategy.schedule=")))
         if key not in seen and key != ("strategy=hippie",):
             seen.add(key)
-            out.append(c.overrides)
+            out.append(c.args)
     return out
 
 
@@ -158,22 +171,22 @@ def run_repeat(out: str, matrix: list[Config], steps: int, cwd: str = ".", log=p
         profile = os.path.abspath(os.path.join(out, "profiles", f"{model}.json"))
         if not os.path.exists(profile):
             log(f"  profiling {model} under {base.name} ...")
-            _cli(["profile", *base.overrides, *common, f"sim.out={profile}.part"], cwd)
+            _cli(["profile", *base.args, *common, f"sim.out={profile}.part"], cwd)
             for overrides in runtimes([base, *changed], model):
                 log(f"  adding the runtime overhead of {' '.join(o for o in overrides if o.startswith('strategy'))} ...")
                 _cli(["profile", *overrides, *common, f"sim.profile={profile}.part"], cwd)
             os.replace(f"{profile}.part", profile)
         for c in (base, *changed):
-            attempt(["simulate", *c.overrides, *common, f"sim.profile={profile}", "cluster=local_cpu",
+            attempt(["simulate", *c.args, *common, f"sim.profile={profile}", "cluster=local_cpu",
                      f"sim.draws={DRAWS}"], os.path.abspath(os.path.join(out, "simulated", c.folder)))
-        attempt(["run", *base.overrides, *common], _anchor(out, model, 0))
+        attempt(["run", *base.args, *common], _anchor(out, model, 0))
         for i, c in enumerate(changed, 1):
-            attempt(["run", *c.overrides, *common], os.path.abspath(os.path.join(out, "measured", c.folder)))
-            attempt(["run", *base.overrides, *common], _anchor(out, model, i))
+            attempt(["run", *c.args, *common], os.path.abspath(os.path.join(out, "measured", c.folder)))
+            attempt(["run", *base.args, *common], _anchor(out, model, i))
         for row in _rows(out, model, changed):
             log(f"  {row['configuration']}: {row['measured']:.1f} samples/s measured, {row['predicted']:.1f} predicted "
                 f"({row['error']:+.1%}" + (f", beside the profiled runs {row['relative error']:+.1%}"
-                                           if row["table"] == "changed" else "")
+                                           if row["table"] != "replay" else "")
                 + f"), 80% interval {row['p10']:.1f}-{row['p90']:.1f}")
 
 
@@ -218,7 +231,9 @@ def _rows(out: str, model: str, changed: list[Config]) -> list[dict]:
         beside = [anchors[j] for j in (i - 1, i) if j in anchors]
         if not (_done(run_dir) and _done(sim_dir) and beside):
             continue
-        r = row(c, _record(run_dir)["throughput"], _record(sim_dir))
+        run = _record(run_dir)
+        r = row(c, run["throughput"], _record(sim_dir))
+        r["table"] = "changed" if run.get("speed_comparable", True) else MORE_WORKERS
         r["measured ratio"] = r["measured"] / (sum(beside) / len(beside))  # to the profiled runs beside it
         r["predicted ratio"] = r["predicted"] / base_pred["throughput"]
         r["relative error"] = r["predicted ratio"] / r["measured ratio"] - 1
@@ -258,7 +273,8 @@ def verdict(table: pd.DataFrame, each: pd.DataFrame) -> dict:
     mean signed error within 3%, and the order of any two configurations of one model whose
     measured throughputs differ by more than 10% kept by the predictions; the same figures beside
     the profiled runs; the coverage of the 80% intervals over every run (target 70-90%); the
-    replay table's errors."""
+    replay table's errors. Runs of more workers than cores (their records: not comparable) are
+    given apart and judged by none of the targets."""
     def figures(errors: pd.Series) -> dict:
         return {"configurations": len(errors), "mean absolute error": float(errors.abs().mean()),
                 "mean signed error": float(errors.mean()), "within 15%": int((errors.abs() <= TARGET_EACH).sum()),
@@ -271,9 +287,15 @@ def verdict(table: pd.DataFrame, each: pd.DataFrame) -> dict:
     changed = table[table["table"] == "changed"]
     out = {"replay": figures(table[table["table"] == "replay"]["error"]), "changed": figures(changed["error"]),
            "changed beside the profiled runs": figures(changed["relative"])}
+    crowded = table[table["table"] == MORE_WORKERS]
+    if len(crowded):
+        out[MORE_WORKERS] = figures(crowded["error"])
+        out[f"{MORE_WORKERS} beside the profiled runs"] = figures(crowded["relative"])
+    comparable = table[table["table"] != MORE_WORKERS]
+
     def swapped(measured: str, predicted: str) -> list[str]:
         out = []
-        for (_, a), (_, b) in itertools.combinations(table.iterrows(), 2):
+        for (_, a), (_, b) in itertools.combinations(comparable.iterrows(), 2):
             if a["model"] != b["model"]:
                 continue
             fast, slow = (a, b) if a[measured] > b[measured] else (b, a)
@@ -281,7 +303,7 @@ def verdict(table: pd.DataFrame, each: pd.DataFrame) -> dict:
                 out.append(f"{fast['configuration']} / {slow['configuration']}")
         return out
 
-    coverage = float(each["inside"].mean())
+    coverage = float(each[each["table"] != MORE_WORKERS]["inside"].mean())
     # the ranking on the means, and on each configuration's throughput over the profiled runs beside it
     ranking, ranking_beside = swapped("measured", "predicted"), swapped("measured_ratio", "predicted_ratio")
     out.update({"ranking swapped": ranking, "ranking swapped beside the profiled runs": ranking_beside,
@@ -302,7 +324,7 @@ def write(out: str) -> str:
     table = summarise(each)
     result = verdict(table, each)
     each.to_csv(os.path.join(out, "changed.csv"), index=False)
-    today = datetime.date.today().isoformat()
+    today = measured_on(out)
     repeats = int(each["repeat"].max()) + 1
     with open(os.path.join(out, "changed.json"), "w") as f:
         json.dump({"date": today, "repeats": repeats, **result}, f, indent=1)
@@ -325,8 +347,13 @@ def write(out: str) -> str:
             f"{met(result['changed targets met'])})\n- {line('changed beside the profiled runs')} "
             f"({met(result['changed targets met beside the profiled runs'])})\n- pairs of one model ranked the "
             f"other way round (measured more than 10% apart): {pairs(result['ranking swapped'])} on the means; "
-            f"{pairs(result['ranking swapped beside the profiled runs'])} beside the profiled runs\n- runs inside their prediction's 80% interval: "
-            f"{result['coverage of 80% intervals']:.0%} (target 70-90%; {met(result['coverage target met'])})")
+            f"{pairs(result['ranking swapped beside the profiled runs'])} beside the profiled runs\n- runs inside their "
+            f"prediction's 80% interval: {result['coverage of 80% intervals']:.0%} (target 70-90%; "
+            f"{met(result['coverage target met'])})")
+    if MORE_WORKERS in result:
+        head += (f"\n- {line(MORE_WORKERS)}; beside the profiled runs "
+                 f"{result[MORE_WORKERS + ' beside the profiled runs']['mean signed error']:+.1%} mean signed "
+                 "(4 workers on 2 cores: their records say not comparable; no target)")
     shown = table.assign(**{"measured min-max": [f"{a:.0f}-{b:.0f}" for a, b in zip(table.measured_min, table.measured_max)],
                             "error of means": table["error"].map("{:+.1%}".format),
                             "beside the profiled runs": table["relative"].map(lambda e: "" if pd.isna(e) else f"{e:+.1%}"),
@@ -337,9 +364,12 @@ def write(out: str) -> str:
                "drawn_median": "drawn median", "inside 80%": "inside 80%"}
     parts = [head]
     for name, title in (("replay", "Replay (the profiled configurations, every run of them)"),
-                        ("changed", "Changed (configurations not profiled)")):
-        keep = [k for k in columns if name == "changed" or k != "beside the profiled runs"]
+                        ("changed", "Changed (configurations not profiled)"),
+                        (MORE_WORKERS, "More workers than cores (not profiled; records say not comparable)")):
+        keep = [k for k in columns if name != "replay" or k != "beside the profiled runs"]
         part = shown[shown["table"] == name][keep].rename(columns=columns)
+        if part.empty:
+            continue
         parts.append(f"{title}:\n\n{part.to_markdown(index=False, floatfmt='.1f')}")
     runs = each.assign(error=each["error"].map("{:+.1%}".format),
                        interval=[f"{a:.1f}-{b:.1f}" for a, b in zip(each.p10, each.p90)])

@@ -162,6 +162,18 @@ def read_record(run_dir: str) -> tuple[dict | None, str | None]:
         return None, f"no readable record at {path} ({type(e).__name__}: {e})"
 
 
+def measured_on(*folders: str) -> str:
+    """The day (ISO) the latest run under ``folders`` started, from the runs' records (their files'
+    times change with every checkout); today where none says."""
+    days = []
+    for root, _, files in (walked for folder in folders for walked in os.walk(folder)):
+        if RECORD_FILE in files:
+            record, _ = read_record(root)
+            if record and record.get("started_at"):
+                days.append(record["started_at"][:10])
+    return max(days, default=time.strftime("%Y-%m-%d"))
+
+
 def interleaved(configs: dict[str, T], repeats: int, run_one: Callable[[str, T, int], Outcome],
                 shown: Callable[[Outcome], str] | None = None) -> dict[str, list[Outcome]]:
     """Every configuration once per round, ``repeats`` rounds; prints one line per run."""

@@ -4,6 +4,7 @@ runs it is checked in tests/e2e/test_simulator_validation.py."""
 import csv
 from dataclasses import replace
 
+import pandas as pd
 import pytest
 
 from harness.core.errors import ConfigError
@@ -424,3 +425,31 @@ def test_compute_spread_is_each_round_against_the_rounds_and_each_pass_against_i
     spread = compute_spread([[[1.0, 1.0, 1.2], [2.0, 2.2, 2.0]], [[3.0, 3.0, 3.0]]])
     assert spread["level"] == pytest.approx([1.0 / 1.5, 2.0 / 1.5, 1.0])
     assert spread["jitter"] == pytest.approx([1.0, 1.0, 1.2, 1.0, 1.1, 1.0, 1.0, 1.0, 1.0])
+
+
+def test_the_changed_configuration_verdict_judges_comparable_runs_and_cancels_drift_beside_the_profiled_runs():
+    """Three runs: the profiled configuration (two runs), a changed one measured at half its
+    predicted throughput while the host ran at half speed (the profiled runs beside it too), and one
+    of more workers than cores: on the means the changed one is 100% off, beside the profiled runs
+    0%; the crowded run is given apart and left out of the targets, the ranking and the coverage."""
+    from harness.studies.changed_config import MORE_WORKERS, summarise, verdict
+
+    def run(configuration, table, measured, predicted, inside, ratio=None):
+        row = {"repeat": 0, "configuration": configuration, "model": "m", "table": table, "measured": measured,
+               "predicted": predicted, "error": predicted / measured - 1, "p10": 0.0, "median": predicted,
+               "p90": 0.0, "inside": inside}
+        if ratio is not None:  # measured and predicted over the profiled runs beside it
+            row.update({"measured ratio": ratio[0], "predicted ratio": ratio[1],
+                        "relative error": ratio[1] / ratio[0] - 1})
+        return row
+
+    each = pd.DataFrame([run("profiled", "replay", 50.0, 100.0, False), run("profiled", "replay", 50.0, 100.0, False),
+                         run("changed", "changed", 60.0, 120.0, True, ratio=(1.2, 1.2)),
+                         run("crowded", MORE_WORKERS, 10.0, 200.0, False, ratio=(0.2, 2.0))])
+    result = verdict(summarise(each), each)
+    assert result["changed"]["mean absolute error"] == pytest.approx(1.0)
+    assert result["changed beside the profiled runs"]["mean absolute error"] == pytest.approx(0.0)
+    assert result["changed"]["configurations"] == 1 and result[MORE_WORKERS]["largest"] == pytest.approx(19.0)
+    assert result["ranking swapped"] == [] and result["ranking swapped beside the profiled runs"] == []
+    assert result["coverage of 80% intervals"] == pytest.approx(1 / 3)
+    assert not result["changed targets met"] and result["changed targets met beside the profiled runs"]
