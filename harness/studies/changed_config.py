@@ -98,7 +98,7 @@ def configs(models: tuple[str, ...] = tuple(_MODELS)) -> list[Config]:
         add(f"w=4 dp B={4 * b}", "strategy=dp", m=0, batch=4 * b, workers=4)
         add(f"w=4 hippie 2 stages x 2 replicas B={8 * b}", *hippie, f"strategy.boundaries={cut}", batch=8 * b,
             workers=4)
-        add("w=4 hippie 4 stages", *hippie, f"strategy.boundaries={four}", workers=4)
+        add("w=4 hippie 4 stages", *hippie, "strategy.stages=4", f"strategy.boundaries={four}", workers=4)
         add(f"w=4 ashpipe replicas=[2,2] B={2 * b}", "strategy=ashpipe", "strategy.replicas=[2,2]",
             f"strategy.boundaries={cut}", m=0, batch=2 * b, workers=4)
     return out
