@@ -15,7 +15,7 @@ speed drifts over tens of seconds, so one run can differ from the next of the sa
 configuration by more than the simulator's own error, and repeating the round spreads
 that drift over every configuration.
 
-Example (about 75 minutes on 2 cores):
+Example (about 90 minutes on 2 cores):
   pipebench validate --out results/simulator_validation
 """
 
@@ -246,16 +246,16 @@ def write_published(out: str) -> str:
 
 BUDGETS = {  # models of the changed-configuration study, its repeats, and whether the profiled matrix runs too
     "quick": (("vit_micro",), 1, False),  # about 20 minutes on 2 cores
-    "standard": (("vit_micro", "vit_tiny"), 2, False),  # about 75 minutes
-    "full": (("vit_micro", "vit_tiny"), 3, True),  # about 3 hours
+    "standard": (("vit_micro", "vit_tiny"), 2, False),  # about 90 minutes
+    "full": (("vit_micro", "vit_tiny"), 3, True),  # about 3 hours 30
 }
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--budget", choices=list(BUDGETS), default="standard",
                         help="quick: vit_micro, one repeat (about 20 min); standard: both models, two repeats "
-                             "(about 75 min); full: three repeats and the matrix of configurations each profiled "
-                             "with its own settings too (about 3 h)")
+                             "(about 90 min); full: three repeats and the matrix of configurations each profiled "
+                             "with its own settings too (about 3 h 30)")
     parser.add_argument("--repeats", type=int, default=None, help="repeats (default: the budget's)")
     parser.add_argument("--steps", type=int, default=30, help="training steps per measured run")
     parser.add_argument("--out", default="results/simulator_validation", help="where runs and the tables go")
