@@ -4,10 +4,12 @@
 import json
 import os
 
+import numpy as np
 import pandas as pd
 import pytest
 
 from harness.studies import changed_config
+from harness.studies.changed_config import summarise
 from tests.helpers.cli import run_cli
 
 # One run on this shared 2-core machine differs from the next run of the same configuration by
@@ -19,6 +21,7 @@ from tests.helpers.cli import run_cli
 # stage, a doubled transfer, no bubble) does. The simulator's own error on the mean of interleaved
 # repeats is what `pipebench validate` shows.
 SINGLE_RUN_BOUND = 0.35
+REPLAY_FACTOR = 2.0
 REMEASURES = 2
 
 
@@ -35,18 +38,29 @@ def _guard_rows(out: str) -> pd.DataFrame:
     return changed_config.collect(out)
 
 
+def _misjudged(rows: pd.DataFrame) -> float:
+    """How far outside its bound the guard is (0: inside): the changed configuration beside the
+    profiled runs either side of it (the host's drift since the profile cancels; a missing bubble,
+    stage or transfer does not) within 35%, and the profiled configuration's mean within a factor
+    of 2 of its replay (the host alone moved 1.8x between a profile and its runs here)."""
+    changed = rows[rows["table"] == "changed"]["relative error"].abs().max() - SINGLE_RUN_BOUND
+    replay = summarise(rows)
+    factor = abs(np.log1p(replay[replay["table"] == "replay"]["error"].iloc[0])) - np.log(REPLAY_FACTOR)
+    return max(0.0, changed, factor)
+
+
 @pytest.mark.timeout(900)  # room for the remeasures
 def test_a_configuration_not_profiled_is_predicted_close_to_its_run(workdir):
     """One repeat of ``pipebench validate``'s changed-configuration study on two configurations,
-    through the commands a user runs: the profiled one's runs and the other's within the bound of
-    their predictions from the one profile, each with a drawn interval around it. A guard
-    outside the bound is measured again, twice, and judged by its median error."""
+    through the commands a user runs: the other one predicted from the profiled one's profile
+    within the bound beside the profiled one's runs, each with a drawn interval around it. A guard
+    outside its bounds is measured again, twice, and judged by its median."""
     tries = [_guard_rows(workdir)]
-    while tries[-1]["error"].abs().max() > SINGLE_RUN_BOUND and len(tries) <= REMEASURES:
+    while _misjudged(tries[-1]) > 0 and len(tries) <= REMEASURES:
         tries.append(_guard_rows(os.path.join(workdir, f"again{len(tries)}")))
-    worst = sorted(tries, key=lambda rows: rows["error"].abs().max())[len(tries) // 2]
+    worst = sorted(tries, key=_misjudged)[len(tries) // 2]
     assert set(worst["configuration"]) == set(GUARD) and (worst["table"] == "replay").sum() == 2
-    assert worst["error"].abs().max() <= SINGLE_RUN_BOUND, worst.to_dict("records")
+    assert _misjudged(worst) == 0, worst.to_dict("records")
     assert ((worst["p10"] < worst["median"]) & (worst["median"] < worst["p90"])).all()
     repeat = os.path.join(workdir, "repeat0")
     profile = json.load(open(os.path.join(repeat, "profiles", "vit_micro.json")))
