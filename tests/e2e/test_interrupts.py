@@ -42,7 +42,8 @@ def test_an_interrupted_or_broken_job_ends_with_a_record_one_line_and_no_process
     assert outcome.left_over == 0
     assert outcome.seconds < 60
     record = outcome.record
-    assert record is not None and record["status"] == "failed"
+    assert record is not None and record["status"] == "failed", (outcome.error, outcome.stderr[-8:],
+                                                                 sorted(os.listdir(os.path.join(workdir, "run"))))
     if status != 1:
         assert record["interrupted"] == signal.Signals(how.signum).name
         assert f"interrupted by {signal.Signals(how.signum).name}" in record["error"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -131,6 +132,23 @@ def _release_requeued() -> None:
                 subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], capture_output=True, timeout=30)
 
 
+def _scontrol(*args: str) -> None:
+    subprocess.run(["scontrol", *args], check=True, capture_output=True, timeout=30)
+
+
+def _job_ids(sweep: str) -> list[str]:
+    """The Slurm jobs of a sweep so far, from submitit's folder of each (``<array>_<index>``)."""
+    folder = os.path.join(sweep, ".submitit")
+    names = os.listdir(folder) if os.path.isdir(folder) else []
+    return sorted(n for n in names if re.fullmatch(r"\d+(_\d+)?", n) and os.path.isdir(os.path.join(folder, n)))
+
+
+def _job_logs(sweep: str | None) -> str:
+    """The last lines of every task's log of a sweep's jobs, for a failure's message."""
+    logs = sorted(glob.glob(os.path.join(sweep, ".submitit", "*", "*_log.*"))) if sweep else []
+    return "\n".join(f"== {p}\n" + "".join(open(p).readlines()[-15:]) for p in logs)
+
+
 # the two runtimes that resume from checkpoints, each on two stages cut where told: a cut measured
 # under the jobs' shared load may differ from the reference's, and moves which layers AshPipe
 # trains a step late
@@ -142,10 +160,12 @@ def test_jobs_requeued_by_scontrol_and_by_their_time_limit_resume_to_the_same_lo
     """Hippie and AshPipe, each one Slurm job with a one-minute time limit and Slurm's warning 10 s
     before it. Slurm checks time limits every 30 s and warns at the first check that finds the
     job within the delay plus 30 s of its limit: here between 20 and 50 s after each start, with at
-    least 10 s left to stop. Each job is first requeued by ``scontrol requeue`` once its step-10
-    checkpoint exists, before its warning can come (a warning that meets a requeue can reach the
-    next start before it handles signals, and kill it): no warning, so the next start resumes from
-    that periodic checkpoint (SLURM_RESTART_COUNT). That start then runs into its time limit: the
+    least 10 s left to stop. The first start is given ten minutes (``scontrol update`` as soon as
+    the job exists), so that no warning meets the requeue however slowly it starts (a warning that
+    meets a requeue can reach the next start before it handles signals, and kill it); each job is
+    requeued by ``scontrol requeue`` once its step-10 checkpoint exists and given back its minute:
+    no warning, so the next start resumes from that periodic checkpoint (SLURM_RESTART_COUNT).
+    That start then runs into its time limit: the
     warning stops the run at the end of a step with a checkpoint, submitit requeues the job, and the
     third start ends where an uninterrupted run ends. The time limit is wall clock: rank 0 of each
     job is a straggler in its first two starts (``launch.fault=slow``, 0.4 s a step, which changes
@@ -167,26 +187,32 @@ def test_jobs_requeued_by_scontrol_and_by_their_time_limit_resume_to_the_same_lo
     procs = {s: start(s, *limited, f"hydra.sweep.dir={sweeps[s]}") for s in RESUMABLE}
     references: dict[str, subprocess.Popen] = {}
     try:
-        requeued, deadline = set(), time.time() + 300
+        lengthened, requeued, deadline = set(), set(), time.time() + 300
         while any(p.poll() is None for p in procs.values()):
             for s, sweep in sweeps.items():
+                jobs = _job_ids(sweep)
+                if s not in lengthened and jobs:
+                    _scontrol("update", f"JobId={jobs[0]}", "TimeLimit=10")
+                    lengthened.add(s)
                 if s not in requeued and os.path.exists(os.path.join(sweep, f"0_{s}_w2", "checkpoints", "step10",
                                                                      "rank1.pt")):
-                    (job,) = [j for j in os.listdir(os.path.join(sweep, ".submitit")) if not j.startswith(".")]
-                    subprocess.run(["scontrol", "requeue", job], check=True, capture_output=True, timeout=30)
+                    (job,) = jobs
+                    _scontrol("requeue", job)
+                    _scontrol("update", f"JobId={job}", "TimeLimit=1")  # the next starts meet their limit
                     requeued.add(s)
             if not references and requeued == set(RESUMABLE):
                 references = {s: start(s, "run", f"hydra.run.dir={workdir}/straight_{s}") for s in RESUMABLE}
             _release_requeued()
             assert time.time() < deadline, _queue()
             time.sleep(0.3)
-        errors = {key: p.communicate(timeout=120)[1] for key, p in [*procs.items(), *references.items()]}
+        outputs = {key: p.communicate(timeout=120) for key, p in [*procs.items(), *references.items()]}
     finally:
         for p in [*procs.values(), *references.values()]:
             if p.poll() is None:
                 p.kill()
-    assert all(p.returncode == 0 for p in [*procs.values(), *references.values()]), \
-        {k: e[-2000:] for k, e in errors.items() if e}
+    failed = {key: (p.returncode, outputs[key][0][-1500:], outputs[key][1][-1500:], _job_logs(sweeps.get(key)))
+              for key, p in [*procs.items(), *references.items()] if p.returncode != 0}
+    assert not failed, failed
     assert requeued == set(RESUMABLE) and references
     for s in RESUMABLE:
         (rec,) = _records(sweeps[s]).values()
