@@ -280,10 +280,21 @@ def predict(profile: Profile, cluster: Cluster, layout: SimLayout, world_size: i
     def bwd(s: int) -> float:
         return layer_sum(s, lambda i: layers[i].backward_s + (layers[i].forward_s if i in recompute else 0.0))
 
+    ours = schedules.get(layout.schedule).ours
+
+    def recomputes_at_i(s: int) -> bool:
+        """Our executor runs a split backward's stage with recomputed layers forward once more, whole,
+        at I (harness.runtime.executor.StageExecutor._I); the first stage's W is a whole backward."""
+        lo, hi = ranges[s]
+        return ours and s > 0 and any(i in recompute for i in range(lo, hi))
+
     def bwd_part(s: int, a: sch.Action) -> float:
-        """The input- or weight-gradient part, as the library runs it (harness.runtime.torch_schedules)."""
+        """The input- or weight-gradient part, as our executor or the library runs it
+        (harness.runtime.torch_schedules)."""
         if s == 0:  # the first stage's I does nothing, its W runs the whole backward
             return bwd(s) * schedules.backward_part(a)
+        if a.op == sch.BWD_I and recomputes_at_i(s):
+            return layer_sum(s, lambda i: layers[i].backward_input_s + layers[i].forward_s)
         if a.op == sch.BWD_I:
             return layer_sum(s, lambda i: layers[i].backward_input_s + (layers[i].forward_s if i in recompute else 0.0))
         return layer_sum(s, lambda i: layers[i].backward_weight_s)
@@ -369,13 +380,17 @@ def predict(profile: Profile, cluster: Cluster, layout: SimLayout, world_size: i
         return share_of[s] * sum(layers[i].input_bytes if i in recompute else layers[i].saved_bytes
                                  for i in range(lo, hi))
 
+    def kept_after_i(s: int) -> float:  # ... and from its I to its W, where I recomputed the stage
+        lo, hi = ranges[s]
+        return share_of[s] * sum(layers[i].saved_bytes for i in range(lo, hi)) if recomputes_at_i(s) else kept(s)
+
     memory = []
     for p in range(P):
         resident = sum(params(s) for s in stages_of_lane[p])
         stash = 0.0
         if layout.stashes_weights and p < S - 1:
             stash = timeline.max_in_flight(p) * resident
-        memory.append(resident * (2 + profile.optimizer_state_per_param_byte) + stash + timeline.peak_live(p, kept))
+        memory.append(resident * (2 + profile.optimizer_state_per_param_byte) + stash + timeline.peak_live(p, kept, kept_after_i))
     return Prediction(layout.strategy, world_size, global_batch, micro_batches, list(replicas), list(boundaries),
                       iteration, bubble, comm, memory, timeline)
 

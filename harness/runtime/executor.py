@@ -71,9 +71,11 @@ class StageModule(nn.Module):
         self.layers = nn.ModuleList(layers)
         self.recompute = set(recompute)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, checkpointed: bool = True) -> torch.Tensor:
+        """``checkpointed=False``: every layer keeps what its backward needs (the recomputation of
+        a split backward, :meth:`StageExecutor._I`)."""
         for i, layer in enumerate(self.layers):
-            if i in self.recompute and torch.is_grad_enabled():
+            if checkpointed and i in self.recompute and torch.is_grad_enabled():
                 x = checkpoint(layer, x, use_reentrant=False)
             else:
                 x = layer(x)
@@ -324,6 +326,9 @@ class StageExecutor:
             self._reset_state()
         self._calls += 1
         self._run = StageRun()
+        # a split backward on a stage with recomputed layers recomputes its forward once, at I
+        self._recompute_at_i = bool(self.module.recompute) and not self.plan.is_first and any(
+            a.op == sch.BWD_I for a in actions)
         # (label or None, where the span's time goes or None, start mark, end mark)
         self._spans: list[tuple] = []
         self.timer.anchor()
@@ -552,12 +557,25 @@ class StageExecutor:
         gradient: its I does nothing and its W runs the whole backward."""
         if self.plan.is_first:
             return
+        inp = self._inputs[a.micro]
         if self.plan.is_last:
             outputs, grads = [self._losses.pop(a.micro)], None
         else:
             out, grad = self._outputs.pop(a.micro), self._grads.pop(a.micro)
             outputs, grads = [out], [grad.to(out.dtype)]
-        inp = self._inputs[a.micro]
+        if self._recompute_at_i:
+            # Through checkpointed layers, the W pass's autograd calls would each run their
+            # forward again (a ViT block: once in I, six times in W; torchtitan issue 773): run
+            # the stage's forward once more here, from its input, keeping what both parts need,
+            # and split that graph's backward instead. (The layers here draw no random numbers in
+            # forward; one with dropout would need the forward's random state replayed, as
+            # torch.utils.checkpoint does.)
+            out = self.module(inp.float(), checkpointed=False)
+            if self.plan.is_last:
+                lo, hi = self._range(a.micro)
+                outputs = [summed_loss(out, self._y[lo:hi], self._batch, self.label_smoothing)]
+            else:
+                outputs = [out]
         _, self._weight_parts[a.micro] = stage_backward_input(outputs, grads, [inp], self._masters)
         # as in _B: a received gradient handed on as the input's own is still to be sent
         if grads is not None and (inp.grad is None or not _same_storage(inp.grad, grads[0])):

@@ -220,18 +220,25 @@ class Timeline:
         those of stage ``of``, where the list holds several stages)."""
         return int(self.peak_live(stage, lambda s: 1.0 if of is None or s == of else 0.0))
 
-    def peak_live(self, stage: int, held: Callable[[int], float]) -> float:
+    def peak_live(self, stage: int, held: Callable[[int], float],
+                  held_after_i: Callable[[int], float] | None = None) -> float:
         """The most that list ``stage`` holds at once when each micro-batch forwarded on stage s
         holds ``held(s)`` until its backward (a split backward releases it at the weight part,
-        which still needs the saved activations)."""
+        which still needs the saved activations), and ``held_after_i(s)`` from its input-gradient
+        part to its weight part where that differs (a stage recomputed at I)."""
+        after_i = held_after_i or held
         live = peak = 0.0
         for e in self.stage_events(stage):
             on = stage if e.action.stage is None else e.action.stage
             if e.action.op == FWD:
                 live += held(on)
-                peak = max(peak, live)
-            elif e.action.op in (BWD, BWD_W):
+            elif e.action.op == BWD_I:
+                live += after_i(on) - held(on)
+            elif e.action.op == BWD:
                 live -= held(on)
+            elif e.action.op == BWD_W:
+                live -= after_i(on)
+            peak = max(peak, live)
         return peak
 
 

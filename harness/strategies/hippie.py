@@ -53,19 +53,6 @@ class HippieStrategy(Strategy):
         self.eval_actions = kind.forward_only(S, 1, m)[self.plan.stage]
 
     @classmethod
-    def complete(cls, spec) -> None:
-        """As every pipeline's, and: under a schedule that splits the backward, ``recompute=auto``
-        is ``none``. torch's split of the autograd graph (which the executor's I and W passes use)
-        runs a checkpointed layer's forward again for the I pass and once more for each
-        weight-gradient part of the W pass (three forwards for a layer of two linears, measured),
-        so auto's trade of time for memory would cost several forwards. An explicit list or
-        ``all`` still recomputes, exactly, at that cost."""
-        super().complete(spec)
-        st = spec.strategy
-        if st.recompute == "auto" and st.schedule in schedules.SCHEDULES and schedules.get(st.schedule).splits_backward:
-            st.recompute = "none"
-
-    @classmethod
     def check(cls, spec) -> None:
         name, replicas = spec.strategy.schedule, uniform_replicas(spec)
         ours = schedules.names(ours=True)

@@ -229,3 +229,15 @@ def test_the_registry_names_each_schedule_once_with_a_placement_that_covers_its_
         assert sorted(s for r in range(3) for s in kind.stages_of(3, v, r)) == list(range(3 * v))
     with pytest.raises(schedules.ScheduleError, match="unknown schedule 'nope'"):
         schedules.get("nope")
+
+
+def test_a_micro_batch_holds_what_its_stage_keeps_after_i_until_its_w():
+    """ZB-H1's last of 2 stages at 4 micro-batches runs F0 I0 F1 I1 W0 F2 I2 W1 F3 I3 W2 W3: one
+    unit held from F to I and three from I to W (a stage recomputed at I keeps every activation)
+    peak with two micro-batches between their I and W, 3 + 3 (one unit throughout: 2)."""
+    timeline = sch.replay(schedules.get("zb_h1").lists(2, 1, 4))
+    assert [str(e.action).rstrip("*") for e in timeline.stage_events(1) if e.action.op in sch.COMPUTE] == \
+        "F0 I0 F1 I1 W0 F2 I2 W1 F3 I3 W2 W3".split()
+    assert timeline.peak_live(1, lambda s: 1.0) == 2
+    assert timeline.peak_live(1, lambda s: 1.0, lambda s: 3.0) == 6
+    assert timeline.peak_live(1, lambda s: 1.0, lambda s: 1.0) == 2
