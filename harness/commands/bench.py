@@ -5,25 +5,32 @@ A benchmark, not a timed test: in one invocation it runs each configuration
 ...), on two models (``vit_micro`` at global batch 64, and ``vit_tiny`` at 32,
 where compute dominates), every run a real ``pipebench run`` command with
 one thread per worker, the same given partition for every pipeline, 4
-micro-batches and no recomputation:
+micro-batches and no recomputation but where named:
 
 - ``dp_w1``: DP at one worker (the one-worker, one-thread throughput T1);
 - ``dp_w2``: DP at two workers;
 - ``hippie``, ``pipelining``, ``deepspeed``: synchronous 1F1B on two stages;
 - ``hippie_zb_h1``: Hippie on ZB-H1 (its backward split, W passes in 1F1B's bubble), same stages;
+- ``hippie_recompute``, ``hippie_zb_h1_recompute``: both with every layer recomputed
+  (``strategy.recompute=all``), for the memory and time recomputation trades;
+- ``pipelining_zb1p``, ``pipelining_interleaved``, ``pipelining_zbv``, ``pipelining_dualpipev``:
+  torch pipelining's schedules of two stages per rank (ZB1P, interleaved 1F1B, ZB-V, DualPipeV)
+  on the same layers cut into four stages (the 2-stage cut kept as the middle one), so that
+  each rank holds the same blocks as on two stages;
 - ``ashpipe``: AshPipe as a real two-stage asynchronous pipeline, replicas [1, 1].
 
 It prints, per model, each configuration's median samples/s and its spread
-(min-max over the repeats), the start-up time (command start to the first
-training step of the 2-worker runs) and the ratios: Hippie / best peer 1F1B,
-Hippie ZB-H1 / Hippie, Hippie ZB-H1 / best peer 1F1B,
-Hippie / bubble bound (2 T1 m / (m + p - 1)), AshPipe / DP, AshPipe / no-bubble
-bound (2 T1). Where the bounds are missed, it says why from the runs' profiled steps
-(measured one way for every strategy): the compute a sample costs in each
-configuration against one worker alone, and the share of its schedule each spends
-computing at that cost. ``--out`` gets ``bench.md``, ``bench.json`` and the runs' records.
+(min-max over the repeats), its peak memory per rank, the start-up time (command start to the
+first training step of the 2-worker runs) and the ratios: Hippie's 1F1B and its best schedule
+over the best peer 1F1B, Hippie ZB-H1 over Hippie 1F1B and over torch's ZB1P, Hippie's best
+schedule over torch pipelining's best and over torch's best at no more peak memory per rank,
+Hippie / bubble bound (2 T1 m / (m + p - 1)), AshPipe / DP, AshPipe / no-bubble bound (2 T1).
+Where the bounds are missed, it says why from the runs' profiled steps (measured one way for
+every strategy): the compute a sample costs in each configuration against one worker alone,
+the share of its schedule each spends computing at that cost, and each schedule's measured,
+analytic and replayed bubble. ``--out`` gets ``bench.md``, ``bench.json`` and the runs' records.
 
-Example (about 18 minutes on 2 cores):
+Example (about 30 minutes on 2 cores):
   pipebench bench --repeats 3 --out results/bench
 """
 
@@ -36,8 +43,18 @@ import time
 
 from harness.studies.driver import Outcome, interleaved, median, run_command, write
 
-MODELS = {"vit_micro": {"batch": 64, "boundaries": "[3]"}, "vit_tiny": {"batch": 32, "boundaries": "[7]"}}
+# each model's 2-stage cut, and the same layers in four stages around it (each rank then holds the
+# same blocks in loop and in V placement as on two stages)
+MODELS = {"vit_micro": {"batch": 64, "boundaries": "[3]", "four_stages": "[2,3,4]"},
+          "vit_tiny": {"batch": 32, "boundaries": "[7]", "four_stages": "[4,7,10]"}}
 MICRO_BATCHES, STAGES = 4, 2
+# torch pipelining's schedules of two stages per rank, by the benchmark's name for them
+TORCH_MULTI_STAGE = {"pipelining_zb1p": "zero_bubble", "pipelining_interleaved": "interleaved_1f1b",
+                     "pipelining_zbv": "zbv", "pipelining_dualpipev": "dualpipev"}
+HIPPIE = ("hippie", "hippie_zb_h1", "hippie_recompute", "hippie_zb_h1_recompute")  # our synchronous schedules
+PEERS_1F1B = ("pipelining", "deepspeed")
+TORCH = ("pipelining", *TORCH_MULTI_STAGE)
+BUBBLES = ("bubble_measured", "bubble_analytic", "bubble_replayed")  # from each run's record
 
 
 def configurations(model: str) -> dict[str, list[str]]:
@@ -48,8 +65,14 @@ def configurations(model: str) -> dict[str, list[str]]:
         "dp_w2": ["strategy=dp", "world_size=2"],
         "hippie": ["strategy=hippie", *pipeline, "strategy.recompute=none"],
         "hippie_zb_h1": ["strategy=hippie", *pipeline, "strategy.recompute=none", "strategy.schedule=zb_h1"],
+        # every layer of both stages recomputed: the split backward's I recomputes the last stage
+        "hippie_recompute": ["strategy=hippie", *pipeline, "strategy.recompute=all"],
+        "hippie_zb_h1_recompute": ["strategy=hippie", *pipeline, "strategy.recompute=all", "strategy.schedule=zb_h1"],
         "pipelining": ["strategy=pipelining", *pipeline],
         "deepspeed": ["strategy=deepspeed", *pipeline],
+        **{name: ["strategy=pipelining", "world_size=2", f"train.micro_batches={MICRO_BATCHES}",
+                  f"strategy.boundaries={m['four_stages']}", f"strategy.schedule={schedule}"]
+           for name, schedule in TORCH_MULTI_STAGE.items()},
         "ashpipe": ["strategy=ashpipe", "world_size=2", "strategy.replicas=[1,1]",
                     f"strategy.boundaries={m['boundaries']}"],
     }
@@ -72,7 +95,7 @@ def reduced(model: str, outcome: Outcome) -> dict:
     return {"status": outcome.status, "error": outcome.error, "throughput": record.get("throughput"),
             "startup_s": started - outcome.started_at if started else None,
             "compute_per_sample_s": sum(compute) / MODELS[model]["batch"] if compute else None,
-            "bubble_measured": record.get("bubble_measured"), "bubble_analytic": record.get("bubble_analytic")}
+            "peak_memory_bytes": record.get("peak_memory_bytes"), **{key: record.get(key) for key in BUBBLES}}
 
 
 def summarise(runs: dict[str, dict[str, list[dict]]]) -> dict:
@@ -83,7 +106,7 @@ def summarise(runs: dict[str, dict[str, list[dict]]]) -> dict:
         tp = {name: [r["throughput"] for r in rs if r.get("throughput")] for name, rs in configs.items()}
         med = {name: median(v) for name, v in tp.items()}
         t1 = med["dp_w1"]
-        peers = [med[p] for p in ("pipelining", "deepspeed") if med[p]]
+        peers = [med[p] for p in PEERS_1F1B if med.get(p)]
         bubble_bound = 2 * t1 * MICRO_BATCHES / (MICRO_BATCHES + STAGES - 1) if t1 else None
 
         def ratio(a, b):
@@ -91,8 +114,13 @@ def summarise(runs: dict[str, dict[str, list[dict]]]) -> dict:
 
         startups = [r["startup_s"] for name, rs in configs.items() if name != "dp_w1" for r in rs if r.get("startup_s")]
         profile = {name: {key: median([r[key] for r in rs if r.get(key) is not None])
-                          for key in ("compute_per_sample_s", "bubble_measured", "bubble_analytic")}
+                          for key in ("compute_per_sample_s", "peak_memory_bytes", *BUBBLES)}
                    for name, rs in configs.items()}
+        best_hippie = _best(med, HIPPIE)
+        # torch pipelining's schedules that hold no more memory per rank than Hippie's best one
+        within = [t for t in TORCH if best_hippie and (profile.get(t) or {}).get("peak_memory_bytes")
+                  and profile[t]["peak_memory_bytes"] <= profile[best_hippie]["peak_memory_bytes"]]
+        best_torch, best_torch_within = _best(med, TORCH), _best(med, within)
         c1 = profile["dp_w1"]["compute_per_sample_s"]
         for name, p in profile.items():
             # a configuration's ratio to its bound, workers T1 (1 - analytic bubble), is the product of
@@ -108,37 +136,54 @@ def summarise(runs: dict[str, dict[str, list[dict]]]) -> dict:
                                      "runs": len(v), "failed": sum(r["status"] != "ok" for r in configs[name])}
                               for name, v in tp.items()},
             "ratios": {"hippie / best peer 1F1B": ratio(med["hippie"], max(peers) if peers else None),
+                       "best hippie schedule / best peer 1F1B": ratio(med.get(best_hippie), max(peers) if peers else None),
                        "hippie_zb_h1 / hippie": ratio(med["hippie_zb_h1"], med["hippie"]),
                        "hippie_zb_h1 / best peer 1F1B": ratio(med["hippie_zb_h1"], max(peers) if peers else None),
+                       "hippie_zb_h1 / pipelining_zb1p": ratio(med["hippie_zb_h1"], med.get("pipelining_zb1p")),
+                       "best hippie schedule / best torch schedule": ratio(med.get(best_hippie), med.get(best_torch)),
+                       "best hippie schedule / best torch schedule at no more memory per rank":
+                           ratio(med.get(best_hippie), med.get(best_torch_within)),
                        "hippie / bubble bound": ratio(med["hippie"], bubble_bound),
                        "ashpipe / dp_w2": ratio(med["ashpipe"], med["dp_w2"]),
                        "ashpipe / no-bubble bound": ratio(med["ashpipe"], 2 * t1 if t1 else None)},
+            "best": {"hippie": best_hippie, "torch": best_torch, "torch at no more memory": best_torch_within},
             "startup_s_median_2_workers": median(startups),
             "profile": profile,
         }
     return out
 
 
+def _best(med: dict, names) -> str | None:
+    """The fastest of ``names`` by median samples/s (None where none ran)."""
+    ran = [n for n in names if med.get(n)]
+    return max(ran, key=med.get) if ran else None
+
+
 def markdown(summary: dict, repeats: int, steps: int) -> str:
     lines = [f"Benchmark: {repeats} repeat(s) interleaved, {steps} steps per run, 1 thread per worker, "
-             f"{MICRO_BATCHES} micro-batches, {STAGES} stages on a given partition, no recomputation.", ""]
+             f"{MICRO_BATCHES} micro-batches, {STAGES} stages on a given partition (torch's schedules of two "
+             "stages per rank: the same layers in four), no recomputation but in the *_recompute rows.", ""]
+    fmt = (lambda x, scale=1.0: f"{x * scale:.1f}" if x is not None else "–")
     for model, s in summary.items():
         lines += [f"### {model} (global batch {MODELS[model]['batch']})", "",
-                  "| configuration | median samples/s | min | max | runs ok |", "| --- | ---: | ---: | ---: | ---: |"]
+                  "| configuration | median samples/s | min | max | peak MiB/rank | runs ok |",
+                  "| --- | ---: | ---: | ---: | ---: | ---: |"]
         for name, v in s["samples_per_s"].items():
-            fmt = (lambda x: f"{x:.1f}" if x else "–")
             lines.append(f"| {name} | {fmt(v['median'])} | {fmt(v['min'])} | {fmt(v['max'])} | "
-                         f"{v['runs']}/{v['runs'] + v['failed']} |")
+                         f"{fmt(s['profile'][name].get('peak_memory_bytes'), 2**-20)} | {v['runs']}/{v['runs'] + v['failed']} |")
         lines += ["", "| ratio | value |", "| --- | ---: |"]
         lines += [f"| {k} | {v:.3f} |" if v else f"| {k} | – |" for k, v in s["ratios"].items()]
+        best = s["best"]
+        lines += ["", f"Best: Hippie's {best['hippie'] or '–'}, torch pipelining's {best['torch'] or '–'}, and at no "
+                      f"more peak memory per rank than Hippie's best, {best['torch at no more memory'] or 'none'}."]
         lines += ["", "Where the time goes (the profiled step, measured one way for every strategy; medians):", "",
                   "| configuration | compute per sample ms (all ranks) | vs dp_w1 | bubble measured % "
-                  "| analytic % | of its schedule at that compute |", "| --- | ---: | ---: | ---: | ---: | ---: |"]
+                  "| analytic % | replayed % | of its schedule at that compute |",
+                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
         for name, p in s["profile"].items():
             cells = [f"{1e3 * p['compute_per_sample_s']:.3f}" if p["compute_per_sample_s"] else "–",
                      f"{p['compute_inflation']:.3f}" if p.get("compute_inflation") else "–",
-                     f"{100 * p['bubble_measured']:.1f}" if p["bubble_measured"] is not None else "–",
-                     f"{100 * p['bubble_analytic']:.1f}" if p["bubble_analytic"] is not None else "–",
+                     *(fmt(p[key], 100) for key in BUBBLES),
                      f"{p['of_schedule']:.3f}" if p.get("of_schedule") else "–"]
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
         lines += ["", "A configuration's throughput over its bound, workers x T1 x (1 - analytic bubble), is "
