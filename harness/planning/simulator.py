@@ -280,13 +280,12 @@ def predict(profile: Profile, cluster: Cluster, layout: SimLayout, world_size: i
     def bwd(s: int) -> float:
         return layer_sum(s, lambda i: layers[i].backward_s + (layers[i].forward_s if i in recompute else 0.0))
 
-    ours = schedules.get(layout.schedule).ours
-
     def recomputes_at_i(s: int) -> bool:
-        """Our executor runs a split backward's stage with recomputed layers forward once more, whole,
-        at I (harness.runtime.executor.StageExecutor._I); the first stage's W is a whole backward."""
+        """Our executor (the only one that runs our split schedules) runs a split backward's stage
+        with recomputed layers forward once more, whole, at I (harness.runtime.executor.StageExecutor._I);
+        the first stage's W is a whole backward."""
         lo, hi = ranges[s]
-        return ours and s > 0 and any(i in recompute for i in range(lo, hi))
+        return kind.ours and s > 0 and any(i in recompute for i in range(lo, hi))
 
     def bwd_part(s: int, a: sch.Action) -> float:
         """The input- or weight-gradient part, as our executor or the library runs it

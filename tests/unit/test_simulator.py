@@ -453,3 +453,25 @@ def test_the_changed_configuration_verdict_judges_comparable_runs_and_cancels_dr
     assert result["ranking swapped"] == [] and result["ranking swapped beside the profiled runs"] == []
     assert result["coverage of 80% intervals"] == pytest.approx(1 / 3)
     assert not result["changed targets met"] and result["changed targets met beside the profiled runs"]
+
+
+def test_our_split_backward_recomputes_a_stage_once_at_i_and_holds_its_activations_until_w():
+    """ZB-H1 on 2 stages with one layer of each recomputed: the last stage's I costs its
+    backward-input part plus a forward of every layer of the stage, the one not recomputed too
+    (the executor runs the stage's forward once more there), its W only the weight part; from I
+    to W a micro-batch keeps all its saved bytes (the first stage's W is a whole backward,
+    recomputing as 1F1B does)."""
+    layers = [LayerProfile("L", 1e-3, 2e-3, 1000, 4000, 1000, 10_000, 1e-3, 1e-3) for _ in range(4)]
+    profile = Profile(layers, Network(1e12, 1e12, 0.0), "cpu", 1)
+
+    def zb(recompute):
+        layout = SimLayout("hippie", [1, 1], [2], 4, "zb_h1", recompute, hides_allreduce=True)
+        return predict(profile, _free_network_cluster(), layout, 2, global_batch=4)
+
+    plain, recomputed = zb(set()), zb({1, 3})
+    last = [e for e in recomputed.timeline.stage_events(1) if e.action.op in ("I", "W")]
+    assert {round(e.end - e.start, 9) for e in last if e.action.op == "I"} == {2 * (1e-3 + 1e-3)}
+    assert {round(e.end - e.start, 9) for e in last if e.action.op == "W"} == {2 * 1e-3}
+    # the last stage holds at most two micro-batches from I to W, each with every saved byte
+    assert recomputed.peak_memory_per_stage[1] - plain.peak_memory_per_stage[1] == pytest.approx(0.0)
+    assert recomputed.peak_memory_per_stage[0] < plain.peak_memory_per_stage[0]
