@@ -201,7 +201,8 @@ def test_jobs_requeued_by_scontrol_and_by_their_time_limit_resume_to_the_same_lo
                     _scontrol("update", f"JobId={job}", "TimeLimit=1")  # the next starts meet their limit
                     requeued.add(s)
             if not references and requeued == set(RESUMABLE):
-                references = {s: start(s, "run", f"hydra.run.dir={workdir}/straight_{s}") for s in RESUMABLE}
+                references = {f"straight_{s}": start(s, "run", f"hydra.run.dir={workdir}/straight_{s}")
+                              for s in RESUMABLE}
             _release_requeued()
             assert time.time() < deadline, _queue()
             time.sleep(0.3)
