@@ -19,11 +19,12 @@ import pickle
 from dataclasses import dataclass
 
 import torch
-from torchvision.datasets import CIFAR100
-from torchvision.transforms.v2 import functional as tvf
-from torchvision.datasets.utils import check_integrity
 
 from harness.core.errors import ConfigError
+
+# torchvision is imported where it is used: it takes about 1.8 s to import (it pulls in
+# torch._dynamo), which a command on the synthetic data would pay for nothing
+FOLDER = "cifar-100-python"  # the official archive's folder (torchvision's CIFAR100.base_folder)
 
 # CIFAR-100 channel statistics (used for both data sets, so inputs look alike)
 _MEAN = torch.tensor([0.5071, 0.4865, 0.4409]).view(1, 3, 1, 1)
@@ -53,6 +54,8 @@ PAD = 4  # the crop's padding, as CIFAR models are trained
 
 def _crop_and_flip(images: torch.Tensor, g: torch.Generator) -> torch.Tensor:
     """A random crop of each padded image at its size, flipped half of the time."""
+    from torchvision.transforms.v2 import functional as tvf
+
     n, _, h, w = images.shape
     padded = tvf.pad(images, [PAD])
     tops = torch.randint(0, 2 * PAD + 1, (n,), generator=g)
@@ -110,6 +113,9 @@ def _checked_cifar100(verify_md5: bool):
     which file. With ``verify_md5`` off (data you generated in the official
     format) each file is instead checked by unpickling it.
     """
+    from torchvision.datasets import CIFAR100
+    from torchvision.datasets.utils import check_integrity
+
     class CheckedCIFAR100(CIFAR100):
         def _check_integrity(self) -> bool:
             files = self.train_list + self.test_list + [[self.meta["filename"], self.meta["md5"]]]
@@ -176,7 +182,7 @@ def load(cfg, seed: int, num_classes: int | None = None) -> Dataset:
         if num_classes is not None:
             for name, split in (("train", data.train), ("test", data.test)):
                 check_labels(split.labels, num_classes,
-                             os.path.join(os.path.abspath(os.path.expanduser(cfg.root)), CIFAR100.base_folder, name))
+                             os.path.join(os.path.abspath(os.path.expanduser(cfg.root)), FOLDER, name))
     else:
         raise ConfigError(f"unknown data set '{cfg.name}'; use data=synthetic or data=cifar100")
     data.augment, data.seed = augments(cfg), seed
@@ -193,7 +199,7 @@ def train_size(cfg) -> int:
     read from the file for one written in its format (``data.verify_md5=false``)."""
     if cfg.name == "synthetic":
         return cfg.train_size
-    path = os.path.join(os.path.abspath(os.path.expanduser(cfg.root)), CIFAR100.base_folder, "train")
+    path = os.path.join(os.path.abspath(os.path.expanduser(cfg.root)), FOLDER, "train")
     if cfg.verify_md5 or (cfg.download and not os.path.isfile(path)):
         return 50000
     check_available(cfg)
@@ -205,7 +211,7 @@ def write_cifar100(root: str, splits: dict[str, tuple], fine_label_names: list[s
     """Write images in CIFAR-100's python format under ``root``/cifar-100-python, for data made
     elsewhere to be read by the real loader (``data=cifar100 data.root=<root> data.verify_md5=false``).
     ``splits``: {"train": (images, labels), "test": (...)}, images uint8 N x 3 x 32 x 32, labels < 100."""
-    folder = os.path.join(root, CIFAR100.base_folder)
+    folder = os.path.join(root, FOLDER)
     os.makedirs(folder, exist_ok=True)
     for name, (images, labels) in splits.items():
         n = len(labels)
@@ -237,7 +243,7 @@ def check_available(cfg, num_classes: int | None = None) -> None:
     if num_classes is None or num_classes >= 100 and cfg.verify_md5:
         return  # the official archive's labels are 0..99
     for name in ("train", "test"):
-        path = os.path.join(probe.root, CIFAR100.base_folder, name)
+        path = os.path.join(probe.root, FOLDER, name)
         with open(path, "rb") as f:
             check_labels(pickle.load(f, encoding="latin1")["fine_labels"], num_classes, path)
 

@@ -21,6 +21,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 
 STOP_FILE = ".stop"  # in the run directory: the workers stop at the end of a step
@@ -104,7 +106,15 @@ class Watch:
         signal.signal(self.signum, self._previous)
         if not callable(self._previous):
             raise SystemExit(128 + self.signum)
-        self._previous(self.signum, None)
+        try:
+            self._previous(self.signum, None)
+        except subprocess.CalledProcessError as e:
+            if not (e.returncode < 0 and "requeue" in e.cmd):
+                raise
+            # Slurm's requeue ends this attempt at once, the `scontrol requeue` that asked for it
+            # included (seen here: killed by the job's SIGTERM before it returned): the requeue is
+            # under way, and letting the error through would write a failed result for the job
+            sys.exit(-1)  # as submitit ends a task it requeued
 
 
 def read_marker(run_dir: str) -> dict | None:

@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import nn
-from torch.distributed.pipelining._backward import stage_backward_input, stage_backward_weight
 from torch.nn.utils.stateless import _reparametrize_module
 from torch.utils.checkpoint import checkpoint
 
@@ -28,6 +27,14 @@ from harness.runtime import schedule as sch
 from harness.runtime.topology import Topology, owned_range, transfers
 from harness.core.timing import DeviceTimer
 from harness.core.training import clip_gradients, eval_counts, predict_weights_, summed_loss
+
+
+def _split_backward():
+    """torch pipelining's split of a backward into its input- and weight-gradient parts, imported
+    when a schedule first runs one: the library takes about 1.5 s to import, which every command
+    and worker would otherwise pay (harness.planning.profiling imports it the same way)."""
+    from torch.distributed.pipelining import _backward
+    return _backward
 
 
 def _weights(module: nn.Module, version: dict[str, torch.Tensor]):
@@ -576,7 +583,7 @@ class StageExecutor:
                 outputs = [summed_loss(out, self._y[lo:hi], self._batch, self.label_smoothing)]
             else:
                 outputs = [out]
-        _, self._weight_parts[a.micro] = stage_backward_input(outputs, grads, [inp], self._masters)
+        _, self._weight_parts[a.micro] = _split_backward().stage_backward_input(outputs, grads, [inp], self._masters)
         # as in _B: a received gradient handed on as the input's own is still to be sent
         if grads is not None and (inp.grad is None or not _same_storage(inp.grad, grads[0])):
             self._read_by_w.setdefault(a.micro, []).append(grads[0])
@@ -592,7 +599,7 @@ class StageExecutor:
         param_of = {_grad_accumulator(p): p for p in self._masters}
         for part in self._weight_parts.pop(a.micro):
             params = [param_of[acc] for acc in part["params"]]
-            stage_backward_weight(self._masters, [part])
+            _split_backward().stage_backward_weight(self._masters, [part])
             if a.reduce and self.grad_sync is not None:
                 for p in params:
                     self.grad_sync.ready(p)

@@ -57,3 +57,13 @@ def test_no_module_compares_a_strategy_name_outside_that_strategy():
                         if pattern.search(line):
                             found.append(f"{os.path.relpath(path, ROOT)}:{n}: {line.strip()}")
     assert not found, "\n".join(found)
+
+
+def test_the_command_does_not_import_what_only_some_runs_use():
+    """A command's own process imports its config, the strategies and torch, not torchvision (the
+    CIFAR loader's, 1.8 s with the torch._dynamo it pulls in) nor torch pipelining (the split
+    backward's, 1.5 s): every command, refusal and test would pay for them."""
+    code = ("import sys, harness.cli.hydra_app, harness.config.spec; "
+            "print(sorted(m for m in ('torchvision', 'torch.distributed.pipelining') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr[-2000:]

@@ -91,6 +91,11 @@ class WorldSizeSlurmLauncher(SlurmLauncher):
                 result = job.task(0).result()
                 if result.status != JobStatus.FAILED:
                     return result
+                if _queued(job.job_id):
+                    # an attempt's failure while Slurm holds the job again (requeued as it ended):
+                    # the next attempt's result replaces it, and the job leaves the queue after that
+                    time.sleep(5)
+                    continue
                 why = str(result._return_value).strip().rstrip(".")
             except UncompletedJobError:
                 if _queued(job.job_id):
