@@ -32,7 +32,6 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
-from scipy.optimize import minimize_scalar
 
 from harness.core.errors import ConfigError
 from harness.planning.planner import Network, Profile
@@ -463,6 +462,8 @@ def fit_runtime_overhead(cluster: Cluster, runs: list[tuple[SimLayout, int, int,
     errors = [fit(o)[1] for o in grid]
     best = min(range(len(grid)), key=errors.__getitem__)
     bounds = (grid[max(best - 1, 0)], grid[min(best + 1, len(grid) - 1)])
+    from scipy.optimize import minimize_scalar  # here: 0.5 s to import, which only a fit needs
+
     found = minimize_scalar(lambda o: fit(o)[1], bounds=bounds, method="bounded", options={"xatol": 1e-12})
     per_action = found.x if found.fun < errors[best] else grid[best]
     return per_action, fit(per_action)[0]
