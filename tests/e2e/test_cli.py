@@ -66,24 +66,6 @@ def test_a_pipeline_run_writes_a_trace_and_breaks_its_idle_time_down(workdir, ca
     assert any(e["cat"] == "idle" and e["name"] == "peer wait" for e in spans)
 
 
-def test_multirun_of_two_jobs_records_both_and_prints_the_table(workdir, capfd):
-    sweep = os.path.join(workdir, "sweep")
-    proc = run_cli(["-m", "world_size=1,2", *TINY, f"hydra.sweep.dir={sweep}"], cwd=workdir)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    records = sorted(glob.glob(os.path.join(sweep, "*", "metrics.json")))
-    assert len(records) == 2
-    recs = [json.load(open(p)) for p in records]
-    assert sorted(r["world_size"] for r in recs) == [1, 2] and all(r["status"] == "ok" for r in recs)
-    assert "| dp " in proc.stdout and "speedup" in proc.stdout
-    assert os.path.isfile(os.path.join(sweep, "results.md"))
-    # the results command rebuilds the same table from the records
-    table = pipebench(capfd, "results", sweep)
-    assert table.returncode == 0 and table.stdout.count("| dp ") == 2
-    for fmt, marker in (("csv", "strategy,workers,layout"), ("latex", "\\begin{tabular}")):
-        out = pipebench(capfd, "results", sweep, "--format", fmt)
-        assert out.returncode == 0 and marker in out.stdout
-
-
 @pytest.mark.parametrize("overrides,message", [
     (["train.global_batch=2", "train.micro_batches=4"], "cannot be split"),
     (["train.steps=1"], "no timed step"),

@@ -62,13 +62,6 @@ def test_an_interrupted_or_broken_job_ends_with_a_record_one_line_and_no_process
         assert run["summary"]["status"] == "failed" and run["summary"]["interrupted"] == "SIGTERM"
 
 
-def test_a_command_killed_outright_takes_its_workers_with_it(workdir):
-    """SIGKILL: nothing can be written, but the server sees the command go and ends, and each
-    worker, whose parent-death signal is SIGKILL, ends with it."""
-    outcome = _run(workdir, Interruption(signal.SIGKILL, "command", 1.0))
-    assert outcome.returncode == -signal.SIGKILL and outcome.left_over == 0
-
-
 def test_ctrl_c_stops_a_sweep_after_recording_the_job_it_interrupted(workdir):
     sweep = os.path.join(workdir, "sweep")
     outcome = run_command(["-m", *LONG, "seed=0,1", f"hydra.sweep.dir={sweep}"], deadline_s=120, cwd=workdir,
@@ -81,16 +74,18 @@ def test_ctrl_c_stops_a_sweep_after_recording_the_job_it_interrupted(workdir):
     assert read(os.path.join(sweep, jobs[0], "metrics.json"))["interrupted"] == "SIGINT"
 
 
-def test_a_killed_run_is_in_wandb_as_crashed_with_the_steps_it_logged(workdir):
-    """Killed outright, the wandb run never finishes (wandb shows it crashed), and what it logged is
-    there: the transaction log is flushed every 2 s. (A run stopped on purpose finishes with the
-    job's exit code: the SIGTERM case above checks it.)"""
+def test_a_command_killed_outright_takes_its_workers_with_it_and_is_in_wandb_as_crashed(workdir):
+    """SIGKILL: nothing can be written, but the server sees the command go and ends, and each
+    worker, whose parent-death signal is SIGKILL, ends with it. The wandb run never finishes
+    (wandb shows it crashed), and what it logged is there: the transaction log is flushed every
+    2 s. (A run stopped on purpose finishes with the job's exit code: the SIGTERM case above
+    checks it.)"""
     import glob
 
     from tests.helpers.wandb_offline import offline_run
 
     outcome = _run(workdir, Interruption(signal.SIGKILL, "command", 3.0), "logger.mode=offline", "logger.log_every=1")
-    assert outcome.left_over == 0
+    assert outcome.returncode == -signal.SIGKILL and outcome.left_over == 0
     (folder,) = glob.glob(os.path.join(workdir, "run", "wandb", "offline-run-*"))
     run = offline_run(folder)
     assert run["state"] == "running" and run["exit_code"] is None

@@ -36,7 +36,11 @@ def _start_ranks(env_for_rank, args, cwd):
     return procs, outs
 
 
+@pytest.mark.skipif(cluster_down() is None, reason="a Slurm cluster is up: tests/slurm takes every job's ranks "
+                    "from srun for real")
 def test_two_slurm_tasks_form_one_process_group(workdir):
+    """Where no Slurm cluster runs the tests marked `slurm`: two commands with the variables srun
+    gives each task form one process group, and rank 0 alone reports."""
     run_dir = os.path.join(workdir, "run")
     port = str(free_port())
     slurm = lambda r: {"SLURM_JOB_ID": "4242", "SLURM_PROCID": str(r), "SLURM_LOCALID": str(r),  # noqa: E731

@@ -10,11 +10,11 @@ import subprocess
 import torch
 
 from harness.report.record import read
-from tests.helpers.cli import ROOT, TINY, run_cli
+from tests.helpers.cli import ROOT, TINY, pipebench, run_cli
 from tests.helpers.wandb_offline import offline_run
 
 
-def test_a_repeated_sweep_records_its_environment_interleaves_repeats_and_logs_wandb_by_convention(workdir):
+def test_a_repeated_sweep_records_its_environment_interleaves_repeats_and_logs_wandb_by_convention(workdir, capfd):
     sweep = os.path.join(workdir, "sweep")
     proc = run_cli(["-m", "world_size=1,2", "repeat=0,1", *TINY, "logger.mode=offline", "logger.log_every=1", "tag=t1",
                     f"hydra.sweep.dir={sweep}"], cwd=workdir, timeout=400)
@@ -31,8 +31,15 @@ def test_a_repeated_sweep_records_its_environment_interleaves_repeats_and_logs_w
     assert all(env["packages"][p] for p in ("timm", "hydra-core", "wandb", "deepspeed", "torchgpipe"))
     assert env["cpu_cores"] == os.cpu_count() and env["host"] and env["gpu_count"] == 0
 
-    # intervals over the two repeats of each configuration
-    assert "2/2 ok" in proc.stdout and "±" in proc.stdout
+    # the sweep's table, printed and written by its end, with intervals over the two repeats of
+    # each configuration; the results command rebuilds it from the records, in each format
+    assert "2/2 ok" in proc.stdout and "±" in proc.stdout and "| dp " in proc.stdout and "speedup" in proc.stdout
+    assert os.path.isfile(os.path.join(sweep, "results.md"))
+    table = pipebench(capfd, "results", sweep)
+    assert table.returncode == 0 and table.stdout.count("| dp ") == 2 and "2/2 ok" in table.stdout
+    for fmt, marker in (("csv", "strategy,workers,layout"), ("latex", "\\begin{tabular}")):
+        out = pipebench(capfd, "results", sweep, "--format", fmt)
+        assert out.returncode == 0 and marker in out.stdout
 
     group = json.load(open(os.path.join(sweep, "sweep.json")))["group"]
     assert group.startswith("sweep-")

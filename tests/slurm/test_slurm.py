@@ -25,7 +25,7 @@ pytestmark = pytest.mark.slurm
 
 # the preset as a CPU cluster runs it: no GPUs, two tasks per node (this machine's cores)
 SLURM = ["-m", "hydra/launcher=slurm", "hydra.launcher.gpus_per_node=null", "hydra.launcher.tasks_per_node=2",
-         "hydra.launcher.cpus_per_task=1", "hydra.launcher.timeout_min=10", "launch.device=cpu", "world_size=2"]
+         "hydra.launcher.cpus_per_task=1", "hydra.launcher.timeout_min=10", "launch.device=cpu"]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -60,26 +60,6 @@ def _records(sweep: str) -> dict[str, dict]:
     return {os.path.basename(os.path.dirname(p)): read(p) for p in glob.glob(os.path.join(sweep, "*", "metrics.json"))}
 
 
-def test_a_sweep_runs_as_a_slurm_job_array_with_ranks_from_srun(workdir):
-    sweep = os.path.join(workdir, "sweep")
-    proc = run_cli([*SLURM, *TINY, "strategy=dp,hippie", "train.micro_batches=2", f"hydra.sweep.dir={sweep}"],
-                   cwd=workdir, timeout=240)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    records = _records(sweep)
-    assert sorted(r["strategy"] for r in records.values()) == ["dp", "hippie"]
-    assert all(r["status"] == "ok" and r["world_size"] == 2 for r in records.values())
-    assert os.path.isfile(os.path.join(sweep, "results.md"))  # the sweep's table, by its end
-    # one Slurm job per point (an array), each with two tasks: submitit logs each task apart
-    logs = glob.glob(os.path.join(sweep, ".submitit", "*", "*_log.out"))
-    jobs = {os.path.basename(os.path.dirname(p)) for p in logs}
-    assert len(jobs) == 2 and all("_" in j for j in jobs), jobs  # <array id>_<index>
-    for job in jobs:
-        tasks = sorted(os.path.basename(p).split("_")[-2] for p in glob.glob(os.path.join(sweep, ".submitit", job, "*_log.out")))
-        assert tasks == ["0", "1"], (job, tasks)
-    for rec in records.values():  # rank 0 of a job of two tasks wrote it, with both ranks' figures
-        assert len(rec["peak_memory_per_rank"]) == 2
-
-
 def test_failed_jobs_end_with_a_record_and_the_rest_of_their_array_goes_on(workdir):
     """Three jobs of one array: one completes; in one a worker dies (rank 1 exits at step 3), and
     the job fails in seconds; one is sent Slurm's time-limit warning (SIGUSR2, here by hand, as
@@ -90,7 +70,7 @@ def test_failed_jobs_end_with_a_record_and_the_rest_of_their_array_goes_on(workd
     sweep = os.path.join(workdir, "sweep")
     started = time.time()
     # the straggler (rank 1 from step 3, 0.1 s a step) outlasts the warning; the others are not slowed
-    proc = subprocess.Popen([sys.executable, "-m", "harness", *SLURM, *TINY, "train.steps=100",
+    proc = subprocess.Popen([sys.executable, "-m", "harness", *SLURM, *TINY, "world_size=2", "train.steps=100",
                              "train.checkpoint_every=10", "hydra.launcher.max_num_timeout=0",
                              "launch.fault=none,exit,slow", "launch.fault_rank=1", "launch.fault_step=3",
                              f"hydra.sweep.dir={sweep}"], cwd=workdir, text=True, stdout=subprocess.PIPE,
@@ -149,60 +129,50 @@ def _job_logs(sweep: str | None) -> str:
     return "\n".join(f"== {p}\n" + "".join(open(p).readlines()[-15:]) for p in logs)
 
 
-# the two runtimes that resume from checkpoints, each on two stages cut where told: a cut measured
+# the two runtimes that resume from checkpoints, each on two stages cut where told (a cut measured
 # under the jobs' shared load may differ from the reference's, and moves which layers AshPipe
-# trains a step late
+# trains a step late), each interrupted one way: Hippie requeued by `scontrol requeue` (no warning:
+# it resumes from its periodic checkpoint), AshPipe at its time limit (warned: it stops with a
+# checkpoint, which drains its pipeline, and submitit requeues it)
 RESUMABLE = {"hippie": ["train.micro_batches=2", "strategy.boundaries=[3]"],
-             "ashpipe": ["strategy.replicas=[1,1]", "strategy.boundaries=[3]"]}
+             "ashpipe": ["strategy.replicas=[1,1]", "strategy.boundaries=[3]", "hydra.launcher.timeout_min=1",
+                         "hydra.launcher.signal_delay_s=10", "hydra.launcher.max_num_timeout=3", "launch.fault=slow",
+                         "launch.fault_rank=0", "launch.fault_step=0", "launch.fault_sleep_s=0.4",
+                         "launch.fault_starts=1"]}
 
 
 def test_jobs_requeued_by_scontrol_and_by_their_time_limit_resume_to_the_same_loss(workdir):
-    """Hippie and AshPipe, each one Slurm job with a one-minute time limit and Slurm's warning 10 s
-    before it. Slurm checks time limits every 30 s and warns at the first check that finds the
-    job within the delay plus 30 s of its limit: here between 20 and 50 s after each start, with at
-    least 10 s left to stop. The first start is given ten minutes (``scontrol update`` as soon as
-    the job exists), so that no warning meets the requeue however slowly it starts (a warning that
-    meets a requeue can reach the next start before it handles signals, and kill it); each job is
-    requeued by ``scontrol requeue`` once its step-10 checkpoint exists and given back its minute:
-    no warning, so the next start resumes from that periodic checkpoint (SLURM_RESTART_COUNT).
-    That start then runs into its time limit: the
-    warning stops the run at the end of a step with a checkpoint, submitit requeues the job, and the
-    third start ends where an uninterrupted run ends. The time limit is wall clock: rank 0 of each
-    job is a straggler in its first two starts (``launch.fault=slow``, 0.4 s a step, which changes
-    no number), so the second outlasts its warning whatever the machine's speed and the third
-    finishes at full speed, before a warning of its own. The two jobs sleep side by side (the
-    partition lets two jobs share a CPU), and the uninterrupted references, without the straggler,
-    run while the second starts sleep."""
+    """Two Slurm jobs side by side. Hippie's is requeued by ``scontrol requeue`` once its step-10
+    checkpoint exists: no warning, so its next start resumes from that periodic checkpoint
+    (SLURM_RESTART_COUNT). AshPipe's has a one-minute time limit and Slurm's warning 10 s before
+    it: Slurm checks time limits every 30 s and warns at the first check that finds the job
+    within the delay plus 30 s of its limit, here between 20 and 50 s after the start, with at
+    least 10 s left to stop. The warning stops the run at the end of a step with a checkpoint,
+    submitit requeues the job, and the next start ends where an uninterrupted run ends. The time
+    limit is wall clock: rank 0 is a straggler in the first start (``launch.fault=slow``, 0.4 s a
+    step, which changes no number), so that start outlasts its warning whatever the machine's
+    speed, and the next one runs at full speed (a start that meets its limit again stops again).
+    The uninterrupted references, without the straggler, run once Hippie's job is requeued."""
     settings = [*TINY, "world_size=2", "launch.device=cpu", "train.steps=200", "train.checkpoint_every=10"]
-    limited = [*SLURM, "hydra.launcher.timeout_min=1", "hydra.launcher.signal_delay_s=10",
-               "hydra.launcher.max_num_timeout=3", "launch.fault=slow", "launch.fault_rank=0", "launch.fault_step=0",
-               "launch.fault_sleep_s=0.4", "launch.fault_starts=2"]
     sweeps = {s: os.path.join(workdir, s) for s in RESUMABLE}
 
     def start(strategy: str, *args: str) -> subprocess.Popen:
-        return subprocess.Popen([sys.executable, "-m", "harness", *args, *settings, f"strategy={strategy}",
-                                 *RESUMABLE[strategy]], cwd=workdir, text=True, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        return subprocess.Popen([sys.executable, "-m", "harness", *args, *settings, f"strategy={strategy}"],
+                                cwd=workdir, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
 
-    procs = {s: start(s, *limited, f"hydra.sweep.dir={sweeps[s]}") for s in RESUMABLE}
+    procs = {s: start(s, *SLURM, *RESUMABLE[s], f"hydra.sweep.dir={sweeps[s]}") for s in RESUMABLE}
     references: dict[str, subprocess.Popen] = {}
     try:
-        lengthened, requeued, deadline = set(), set(), time.time() + 300
+        requeued, deadline = False, time.time() + 240
         while any(p.poll() is None for p in procs.values()):
-            for s, sweep in sweeps.items():
-                jobs = _job_ids(sweep)
-                if s not in lengthened and jobs:
-                    _scontrol("update", f"JobId={jobs[0]}", "TimeLimit=10")
-                    lengthened.add(s)
-                if s not in requeued and os.path.exists(os.path.join(sweep, f"0_{s}_w2", "checkpoints", "step10",
-                                                                     "rank1.pt")):
-                    (job,) = jobs
-                    _scontrol("requeue", job)
-                    _scontrol("update", f"JobId={job}", "TimeLimit=1")  # the next starts meet their limit
-                    requeued.add(s)
-            if not references and requeued == set(RESUMABLE):
-                references = {f"straight_{s}": start(s, "run", f"hydra.run.dir={workdir}/straight_{s}")
-                              for s in RESUMABLE}
+            if not requeued and os.path.exists(os.path.join(sweeps["hippie"], "0_hippie_w2", "checkpoints", "step10",
+                                                            "rank1.pt")):
+                (job,) = _job_ids(sweeps["hippie"])
+                _scontrol("requeue", job)
+                requeued = True
+                references = {f"straight_{s}": start(s, "run", *[o for o in RESUMABLE[s] if not o.startswith(
+                    ("hydra.", "launch."))], f"hydra.run.dir={workdir}/straight_{s}") for s in RESUMABLE}
             _release_requeued()
             assert time.time() < deadline, _queue()
             time.sleep(0.3)
@@ -214,45 +184,60 @@ def test_jobs_requeued_by_scontrol_and_by_their_time_limit_resume_to_the_same_lo
     failed = {key: (p.returncode, outputs[key][0][-1500:], outputs[key][1][-1500:], _job_logs(sweeps.get(key)))
               for key, p in [*procs.items(), *references.items()] if p.returncode != 0}
     assert not failed, failed
-    assert requeued == set(RESUMABLE) and references
-    for s in RESUMABLE:
-        (rec,) = _records(sweeps[s]).values()
-        warned = json.load(open(os.path.join(sweeps[s], f"0_{s}_w2", "preempted.json")))  # by the time limit
-        assert warned["signal"] == "SIGUSR2" and 10 < warned["step"] < 200, warned
-        logs = "".join(open(p).read() for p in glob.glob(os.path.join(sweeps[s], ".submitit", "*", "*_0_log.err")))
-        assert "this job is timed-out" in logs  # submitit's handler judged it a time limit, not a preemption
-        # one requeue by scontrol, one per warning (a start that reaches its limit again stops again)
-        assert rec["status"] == "ok" and rec["resumed"] == 1 + warned["stops"], rec
-        assert rec["resumed_from_step"] == warned["step"]
+    assert requeued and references
+    recs = {s: next(iter(_records(sweeps[s]).values())) for s in RESUMABLE}
+    # Hippie: one requeue, no warning, resumed from a periodic checkpoint
+    assert recs["hippie"]["status"] == "ok" and recs["hippie"]["resumed"] == 1, recs["hippie"]
+    assert recs["hippie"]["resumed_from_step"] % 10 == 0 and recs["hippie"]["resumed_from_step"] > 0
+    assert not os.path.exists(os.path.join(sweeps["hippie"], "0_hippie_w2", "preempted.json"))
+    # AshPipe: stopped by its time limit's warning, once per start that met it
+    warned = json.load(open(os.path.join(sweeps["ashpipe"], "0_ashpipe_w2", "preempted.json")))
+    assert warned["signal"] == "SIGUSR2" and 0 < warned["step"] < 200, warned
+    logs = "".join(open(p).read() for p in glob.glob(os.path.join(sweeps["ashpipe"], ".submitit", "*", "*_0_log.err")))
+    assert "this job is timed-out" in logs  # submitit's handler judged it a time limit, not a preemption
+    assert recs["ashpipe"]["status"] == "ok" and recs["ashpipe"]["resumed"] == warned["stops"], recs["ashpipe"]
+    assert recs["ashpipe"]["resumed_from_step"] == warned["step"]
+    for s, rec in recs.items():
         assert [step for step, _ in rec["loss_curve"]] == list(range(200))  # every start's steps, in one record
         assert not glob.glob(os.path.join(sweeps[s], f"0_{s}_w2", ".stop"))
         reference = read(os.path.join(workdir, f"straight_{s}", "metrics.json"))
-        assert rec["final_loss"] == pytest.approx(reference["final_loss"], abs=1e-6)
+        assert rec["final_loss"] == pytest.approx(reference["final_loss"], abs=1e-6), s
 
 
-def test_each_job_of_a_sweep_gets_the_nodes_and_tasks_its_world_size_needs(workdir):
+def test_a_sweep_is_one_job_array_per_placement_with_ranks_from_srun(workdir):
     """The headline experiment's launch, scaled to this CPU cluster of two nodes with two tasks
-    each: a sweep over world sizes is one job array per placement, each job on as many nodes and
-    with as many tasks as its ranks need (Slurm's own accounting says so): the job of two ranks on
-    one node, the job of four across both."""
+    each: a sweep of DP and Hippie at two ranks and DP at four is one job array per placement
+    (submitted with sbatch), each job on as many nodes and with as many tasks as its ranks need,
+    its ranks from srun (Slurm's own accounting says where each ran): the two jobs of two ranks
+    on one node each, the job of four across both. Every record ok, the sweep's table written by
+    its end."""
     sweep = os.path.join(workdir, "sweep")
-    proc = run_cli([*SLURM, *TINY, "strategy=dp", "world_size=2,4", f"hydra.sweep.dir={sweep}"], cwd=workdir,
-                   timeout=240)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    records = sorted(_records(sweep).values(), key=lambda r: r["world_size"])
-    assert [r["world_size"] for r in records] == [2, 4] and all(r["status"] == "ok" for r in records)
-    assert len(records[1]["peak_memory_per_rank"]) == 4  # rank 0 gathered every rank's figures
-    # one submission per placement (an array of one job here), each job with a task per rank
+    proc = run_cli([*SLURM, *TINY, "+case=dp_w2,hippie_w2,ci/replicated_dp_w4", "train.micro_batches=2",
+                    f"hydra.sweep.dir={sweep}"], cwd=workdir, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    records = _records(sweep)
+    assert sorted((r["strategy"], r["world_size"]) for r in records.values()) == [("dp", 2), ("dp", 4), ("hippie", 2)]
+    assert all(r["status"] == "ok" for r in records.values())
+    for rec in records.values():  # rank 0 of a job of a task per rank wrote it, with every rank's figures
+        assert len(rec["peak_memory_per_rank"]) == rec["world_size"]
+    assert os.path.isfile(os.path.join(sweep, "results.md"))
+    # submitit's folder per job, <array id>_<index>, with a log per task: an array of two, one of one
     jobs = {os.path.basename(os.path.dirname(p)) for p in glob.glob(os.path.join(sweep, ".submitit", "*", "*_log.out"))}
+    arrays: dict[str, list[str]] = {}
+    for job in jobs:
+        arrays.setdefault(job.split("_")[0], []).append(job)
+    assert sorted(len(members) for members in arrays.values()) == [1, 2], jobs
     placed = {}
     for job in jobs:
-        out = subprocess.run(["sacct", "-X", "-n", "-P", "-j", job.split("_")[0], "-o", "NNodes,NodeList,State"],
+        out = subprocess.run(["sacct", "-X", "-n", "-P", "-j", job, "-o", "NNodes,NodeList,State"],
                              capture_output=True, text=True, timeout=30).stdout.split()
         assert len(out) == 1 and out[0].endswith("|COMPLETED"), (job, out)
-        tasks = len(glob.glob(os.path.join(sweep, ".submitit", job, "*_log.out")))
-        placed[tasks] = out[0].rsplit("|", 1)[0]
-        if tasks == 4:  # submitit's log of each task names its node: two tasks on each
-            logs = [open(p).read() for p in glob.glob(os.path.join(sweep, ".submitit", job, "*_log.out"))]
-            assert sorted(sum(f"node={n}(2)" in log for log in logs) for n in (0, 1)) == [2, 2], logs[0][:2000]
-    assert placed[2].startswith("1|"), placed
-    assert placed[4] == f"2|{_nodes()}", placed
+        logs = glob.glob(os.path.join(sweep, ".submitit", job, "*_log.out"))
+        tasks = sorted(int(os.path.basename(p).split("_")[-2]) for p in logs)
+        assert tasks == list(range(len(logs))), (job, tasks)
+        placed.setdefault(len(logs), set()).add(out[0].rsplit("|", 1)[0])
+        if len(logs) == 4:  # submitit's log of each task names its node: two tasks on each
+            text = [open(p).read() for p in logs]
+            assert sorted(sum(f"node={n}(2)" in t for t in text) for n in (0, 1)) == [2, 2], text[0][:2000]
+    assert all(nodes.startswith("1|") for nodes in placed[2]), placed
+    assert placed[4] == {f"2|{_nodes()}"}, placed
