@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from harness import commands
 from harness.studies import changed_config
 from harness.studies.changed_config import summarise
 from tests.helpers.cli import run_cli
@@ -25,16 +26,26 @@ REPLAY_FACTOR = 2.0
 REMEASURES = 2
 
 
-# a fast guard (about a minute and a half): vit_micro profiled once under our runtime's 1F1B at 4
+# a fast guard (about forty seconds): vit_micro profiled once under our runtime's 1F1B at 4
 # micro-batches, then that configuration and one it did not profile (2 micro-batches, half the global
 # batch) run and predicted from it; the replay of every other schedule and cost is checked without
 # processes (tests/unit/test_simulator.py), the whole matrix by the command
 GUARD = ("vit_micro hippie 1f1b m=4 (profiled)", "vit_micro hippie m=2 B=32")
 
 
+def _in_this_process(args: list[str], cwd: str, run_dir: str | None = None) -> None:
+    """One command of the repeat through pipebench's own code path in this process, its workers
+    forked from the server this process already runs: a new interpreter per command costs several
+    seconds on 2 cores, and the runs are measured in their workers either way."""
+    code = commands.main([*args, *([f"hydra.run.dir={run_dir}"] if run_dir else [])])
+    if code != 0:
+        raise RuntimeError(f"pipebench {' '.join(args)} exited {code}")
+
+
 def _guard_rows(out: str) -> pd.DataFrame:
     matrix = [c for c in changed_config.configs(("vit_micro",)) if c.label in GUARD]
-    changed_config.run_repeat(os.path.join(out, "repeat0"), matrix, steps=12, cwd=out, log=lambda _: None)
+    changed_config.run_repeat(os.path.join(out, "repeat0"), matrix, steps=12, cwd=out, log=lambda _: None,
+                              cli=_in_this_process)
     return changed_config.collect(out)
 
 
