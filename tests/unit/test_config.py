@@ -100,8 +100,9 @@ def digits_root(tmp_path_factory) -> str:
 def test_every_job_of_every_experiment_composes_into_a_validated_spec(experiment, digits_root):
     jobs = _sweep_jobs(experiment)
     assert jobs
-    # the study on digits reads the set its command writes
-    data = [f"data.root={digits_root}"] if experiment == "accuracy_digits" else []
+    # a study on digits reads the set its command writes
+    on_digits = compose_config([f"experiment={experiment}"]).data.label == "digits"
+    data = [f"data.root={digits_root}"] if on_digits else []
     for job in jobs:
         # on this machine: the device is the only thing a GPU sweep needs that is not here
         overrides = [f"experiment={experiment}", *job, "launch.device=cpu", *data]
