@@ -10,16 +10,17 @@ and the time saved to the target (1 - time / reference's time; the reference rea
 target at the latest at its last evaluation). Means with the half-width of their 95% interval
 over seeds (Student's t); paired statistics only over the seeds where both sides have a value.
 
-Runs pair with the reference where model, data, global batch, steps and precision agree (the
-workers may differ: a 3-stage pipeline pairs with 2-worker DP); where several reference
-configurations qualify, the one with the fewest workers is the reference.
+Runs pair with the reference where model, data, global batch, steps, precision and starting
+weights (``model.pretrained``) agree (the workers may differ: a 3-stage pipeline pairs with
+2-worker DP); where several reference configurations qualify, the one with the fewest workers is
+the reference.
 """
 
 from __future__ import annotations
 
 import pandas as pd
 
-from harness.report.record import config_name
+from harness.report.record import config_name, shown
 from harness.report.statistics import first_at_target, interval
 
 PAIR_KEYS = ("model", "data", "global_batch", "steps", "precision")
@@ -32,6 +33,13 @@ def _at_target(record: dict, target: float) -> tuple[int | None, float | None]:
     return (point["step"], point.get("elapsed_s")) if point else (None, None)
 
 
+def _key(record: dict) -> tuple:
+    """What a run and its reference share: PAIR_KEYS, and the weights both start from where they
+    are not the seed's own (``model.pretrained``)."""
+    start = ((record.get("config") or {}).get("model") or {}).get("pretrained")
+    return (*(record.get(k) for k in PAIR_KEYS), *([f"pretrained {shown(start)}"] if start else []))
+
+
 def _label(record: dict) -> str:
     return f"{config_name(record)}, {record['world_size']} workers"
 
@@ -42,10 +50,10 @@ def against_reference(records: list[dict], reference: str = "dp", margin: float 
     ok = [r for r in records if r.get("status") == "ok" and r.get("accuracy_curve") and r.get("accuracy") is not None]
     by_key: dict[tuple, dict[int, dict]] = {}
     for r in sorted((r for r in ok if r["strategy"] == reference), key=lambda r: r["world_size"]):
-        by_key.setdefault(tuple(r.get(k) for k in PAIR_KEYS), {}).setdefault(r["seed"], r)  # fewest workers first
+        by_key.setdefault(_key(r), {}).setdefault(r["seed"], r)  # fewest workers first
     rows: dict[tuple, list[dict]] = {}  # (pairing key, label) -> its runs, in the records' order
     for r in ok:
-        key = tuple(r.get(k) for k in PAIR_KEYS)
+        key = _key(r)
         ref = by_key.get(key, {}).get(r["seed"])
         if ref is None:
             continue
@@ -61,7 +69,7 @@ def against_reference(records: list[dict], reference: str = "dp", margin: float 
                             else None})
     if not any(len({p["seed"] for p in pairs}) >= 2 for pairs in rows.values()):
         return None
-    several = len({key for key, _ in rows}) > 1  # then each row names its model, data, batch, steps, precision
+    several = len({key for key, _ in rows}) > 1  # then each row names its model, data, batch, ..., weights
     out = []
     for (key, label), pairs in rows.items():
         runs = pd.DataFrame(pairs)

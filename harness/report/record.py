@@ -111,6 +111,14 @@ def settings(record: dict) -> dict:
     return {k: v for k, v in _leaves(record.get("config") or {}).items() if not k.startswith(_NOT_SWEPT)}
 
 
+def shown(value):
+    """A setting's value as tables and figures name it: a file or folder by its last part
+    (``model.pretrained=/home/me/runs/pretrain`` is ``pretrain``), anything else as it is."""
+    if isinstance(value, str) and os.path.isabs(value):
+        return os.path.basename(value.rstrip(os.sep)) or value
+    return value
+
+
 def mark_swept(records: list[dict]) -> list[dict]:
     """Set each record's ``swept``: the settings (``lr=0.3``) that tell it apart from records a
     table or figure would otherwise show as the same configuration (a sweep over ``train.lr``
@@ -129,7 +137,7 @@ def mark_swept(records: list[dict]) -> list[dict]:
         if len(set(names.values())) < len(names):  # two settings of one name: give their paths
             names = {k: k for k in varying}
         for r, leaves in members:
-            r["swept_settings"] = {names[k]: leaves.get(k) for k in varying}
+            r["swept_settings"] = {names[k]: shown(leaves.get(k)) for k in varying}
             r["swept"] = ", ".join(f"{name}={value}" for name, value in r["swept_settings"].items())
     return records
 

@@ -58,3 +58,17 @@ def test_the_committed_paired_tables_are_what_the_command_writes(study):
     folder = os.path.join(os.path.dirname(__file__), "..", "..", "results", study)
     with open(os.path.join(folder, "paired.md")) as f:
         assert f.read() == to_markdown(against_reference(load_raw([folder]))) + "\n"
+
+
+def test_runs_pair_with_dp_from_the_same_starting_weights():
+    """A fine-tuning study: DP from a pretrained file and DP from scratch side by side; a pipeline
+    from the file pairs with DP from the file, seed by seed, whichever DP run comes first."""
+    start = {"config": {"model": {"pretrained": "/runs/pretrain"}}}
+    scratch = {"config": {"model": {"pretrained": None}}}
+    records = [_run("dp", seed, [(300, 0.30, 30.0)], variant="scratch", **scratch) for seed in (0, 1)]
+    records += [_run("dp", seed, [(300, 0.90, 30.0)], variant="tuned", **start) for seed in (0, 1)]
+    records += [_run("ashpipe", seed, [(300, 0.80 + seed / 100, 30.0)], **start) for seed in (0, 1)]
+    table = against_reference(records).set_index("configuration")
+    pipeline = table.loc["ashpipe, 2 workers [vit_micro, synthetic, 64, 300, fp32, pretrained pretrain]"]
+    assert pipeline["delta"] == pytest.approx(-9.5)  # against the tuned DP (90%), not the scratch one (30%)
+    assert table.loc["dp (scratch), 2 workers [vit_micro, synthetic, 64, 300, fp32]"]["top1"] == pytest.approx(30)
