@@ -152,13 +152,12 @@ def _anchor(out: str, model: str, i: int) -> str:
 
 
 def run_repeat(out: str, matrix: list[Config], steps: int, cwd: str = ".", log=print,
-               cli: Callable[[list[str], str, str | None], None] | None = None) -> None:
+               cli: Callable[[list[str], str, str | None], None] = _cli) -> None:
     """One repeat into ``out``: each model profiled once (its runtimes' overheads added), then its
     profiled configuration run before the first and after every changed configuration, each run
     predicted from that one profile. A run or prediction already under ``out`` is kept (an
     interrupted repeat goes on where it stopped). ``cli(args, cwd, run_dir)`` runs one command,
     raising RuntimeError where it fails (default: ``python -m harness``, watched for a hang)."""
-    command = cli or _cli
     common = [*COMMON, f"train.steps={steps}"]
     order = _order(out, matrix)
 
@@ -166,7 +165,7 @@ def run_repeat(out: str, matrix: list[Config], steps: int, cwd: str = ".", log=p
         """A command the tables can do without: its failure is said and the repeat goes on."""
         if not _done(run_dir):
             try:
-                command(args, cwd, run_dir)
+                cli(args, cwd, run_dir)
             except RuntimeError as e:
                 log(f"  failed, left out of the tables: {e}")
 
@@ -175,10 +174,10 @@ def run_repeat(out: str, matrix: list[Config], steps: int, cwd: str = ".", log=p
         profile = os.path.abspath(os.path.join(out, "profiles", f"{model}.json"))
         if not os.path.exists(profile):
             log(f"  profiling {model} under {base.name} ...")
-            command(["profile", *base.args, *common, f"sim.out={profile}.part"], cwd)
+            cli(["profile", *base.args, *common, f"sim.out={profile}.part"], cwd)
             for overrides in runtimes([base, *changed], model):
                 log(f"  adding the runtime overhead of {' '.join(o for o in overrides if o.startswith('strategy'))} ...")
-                command(["profile", *overrides, *common, f"sim.profile={profile}.part"], cwd)
+                cli(["profile", *overrides, *common, f"sim.profile={profile}.part"], cwd)
             os.replace(f"{profile}.part", profile)
         for c in (base, *changed):
             attempt(["simulate", *c.args, *common, f"sim.profile={profile}", "cluster=local_cpu",
