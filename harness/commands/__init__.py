@@ -37,6 +37,7 @@ VERBS: dict[str, str] = {
     "bench": "our runtime against its peers on the same schedule, repeats interleaved",
     "validate": "the simulator's predictions against measured runs on this machine",
     "sensitivity": "which assumption decides the papers'-regime speedups (predictions only)",
+    "stability": "where a learning rate trains or diverges, from AshPipe's single-process reference",
     "soak": "many short runs of every strategy in a row: hangs, failures, processes left over",
     "gpucheck": "every path one GPU can run, one line per check (exits 0 without a GPU)",
     "digits": "write scikit-learn's digits in CIFAR-100's format (data=digits)",

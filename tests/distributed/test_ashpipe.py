@@ -10,7 +10,7 @@ from harness.core.comm import Comm
 from harness.core.data import BatchOrder, load
 from harness.core.models import build_layers
 from harness.core.training import make_optimizer, summed_loss
-from tests.helpers.ashpipe_reference import ashpipe_reference, reference_switch
+from harness.strategies.ashpipe.reference import ashpipe_reference, reference_switch
 from tests.helpers.cli import make_spec
 from tests.helpers.distributed import assert_matches_reference, merged_rank_states, spawn
 

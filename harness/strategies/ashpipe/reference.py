@@ -19,9 +19,16 @@ version it saw moved ``d`` updates along the optimizer's update direction at tha
 (``d`` = the updates that land before the minibatch's own); with ``strategy.lr_correction`` a
 stage ``tau`` updates stale steps at its scheduled rate divided by ``tau ** p``, ``p`` falling
 from 1 at the switch to 0 over ``lr_correction_steps``.
+
+The tests hold the runtime to it (tests/distributed/test_ashpipe.py); ``pipebench stability``
+runs it over a learning-rate grid, where training a configuration costs one process and no
+communication. It keeps only the weight versions a stage can still be asked for (S - s of them).
 """
 
 from __future__ import annotations
+
+from itertools import islice
+from typing import Callable, Iterable
 
 import torch
 from torch import nn
@@ -71,23 +78,33 @@ def _update_direction(opt: torch.optim.Optimizer, params) -> dict[str, torch.Ten
     return out
 
 
-def ashpipe_reference(spec, batches, boundaries: list[int], switch_at: int = 0) -> dict[str, torch.Tensor]:
+def ashpipe_reference(spec, batches: Iterable, boundaries: list[int], switch_at: int = 0,
+                      on_loss: Callable[[int, float], bool] | None = None) -> dict[str, torch.Tensor]:
+    """The parameters after training on ``batches`` (keyed "<layer>.<name>"), the first ``switch_at``
+    synchronously on the whole model, the rest through ``boundaries``' stages. ``on_loss(step,
+    loss)``, where given, sees each step's loss and may end the training early by returning True."""
     layers = build_layers(spec.model, spec.seed)
     full = nn.Sequential(*layers)
     train = spec.train
+    batches = iter(batches)
     dp_opt = make_optimizer(full.parameters(), train, spec.steps)
-    for x, y in batches[:switch_at]:
-        summed_loss(full(x), y, x.shape[0], train.label_smoothing).backward()
+    for k, (x, y) in enumerate(islice(batches, switch_at)):
+        loss = summed_loss(full(x), y, x.shape[0], train.label_smoothing)
+        loss.backward()
         clip_gradients(full.parameters(), train.grad_clip_norm)
         dp_opt.step()
         dp_opt.zero_grad(set_to_none=True)
+        if on_loss is not None and on_loss(k, loss.item()):
+            return _state(layers)
 
     ranges = stage_ranges(boundaries, len(layers))
     S = len(ranges)
     stages = [nn.Sequential(*layers[lo:hi]) for lo, hi in ranges]
     opts = []
-    correct = spec.strategy.lr_correction
-    anneal = spec.strategy.lr_correction_steps or spec.steps_per_epoch
+    # (a synchronous strategy's spec, trained as one stage, has no staleness mitigations)
+    correct = getattr(spec.strategy, "lr_correction", False)
+    predict = getattr(spec.strategy, "weight_prediction", False)
+    anneal = getattr(spec.strategy, "lr_correction_steps", None) or spec.steps_per_epoch
     for s, st in enumerate(stages):
         tau = S - 1 - s
         # (a stage at most one update stale keeps its rate: 1 ** -p = 1)
@@ -98,7 +115,6 @@ def ashpipe_reference(spec, batches, boundaries: list[int], switch_at: int = 0) 
             if p in dp_opt.state:
                 opt.state[p] = dp_opt.state[p]
         opts.append(opt)
-    predict = spec.strategy.weight_prediction
 
     def snapshot(s):  # a stage's weights after an update, and the optimizer's next update then
         named = list(stages[s].named_parameters())
@@ -112,12 +128,13 @@ def ashpipe_reference(spec, batches, boundaries: list[int], switch_at: int = 0) 
         d = j - seen if predict else 0
         return {n: (w - d * update[n]).requires_grad_(True) for n, w in weights.items()}
 
-    for j, (x, y) in enumerate(batches[switch_at:]):
+    for j, (x, y) in enumerate(batches):
         used = [used_by(s, j) for s in range(S)]
         h = x
         for st, weights in zip(stages, used):
             h = functional_call(st, weights, (h,))
-        summed_loss(h, y, x.shape[0], train.label_smoothing).backward()
+        loss = summed_loss(h, y, x.shape[0], train.label_smoothing)
+        loss.backward()
         for s, st in enumerate(stages):
             for n, p in st.named_parameters():
                 p.grad = used[s][n].grad
@@ -125,4 +142,11 @@ def ashpipe_reference(spec, batches, boundaries: list[int], switch_at: int = 0) 
             opts[s].step()
             opts[s].zero_grad(set_to_none=True)
             versions[s][j + 1] = snapshot(s)
+            versions[s].pop(j + 1 - (S - 1 - s) - 1, None)  # no later minibatch uses it
+        if on_loss is not None and on_loss(switch_at + j, loss.item()):
+            break
+    return _state(layers)
+
+
+def _state(layers: list[nn.Module]) -> dict[str, torch.Tensor]:
     return {f"{i}.{n}": p.detach().clone() for i, layer in enumerate(layers) for n, p in layer.named_parameters()}
