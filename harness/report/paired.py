@@ -10,8 +10,9 @@ and the time saved to the target (1 - time / reference's time; the reference rea
 target at the latest at its last evaluation). Means with the half-width of their 95% interval
 over seeds (Student's t); paired statistics only over the seeds where both sides have a value.
 
-Runs pair with the reference where model, data, global batch, steps, precision and starting
-weights (``model.pretrained``) agree (the workers may differ: a 3-stage pipeline pairs with
+Runs pair with the reference where model, data, global batch, steps, precision, starting
+weights (``model.pretrained``) and the optimizer's recipe (``RECIPE``: a sweep over the rate pairs
+each rate with DP at that rate) agree (the workers may differ: a 3-stage pipeline pairs with
 2-worker DP); where several reference configurations qualify, the one with the fewest workers is
 the reference.
 """
@@ -24,6 +25,8 @@ from harness.report.record import config_name, shown
 from harness.report.statistics import first_at_target, interval
 
 PAIR_KEYS = ("model", "data", "global_batch", "steps", "precision")
+RECIPE = ("optimizer", "lr", "momentum", "nesterov", "weight_decay", "lr_schedule", "lr_warmup_steps", "lr_min_ratio",
+          "lr_decay_steps", "lr_decay_factor", "label_smoothing", "grad_clip_norm")  # of train.
 MARGIN = 0.01
 
 
@@ -34,10 +37,21 @@ def _at_target(record: dict, target: float) -> tuple[int | None, float | None]:
 
 
 def _key(record: dict) -> tuple:
-    """What a run and its reference share: PAIR_KEYS, and the weights both start from where they
-    are not the seed's own (``model.pretrained``)."""
-    start = ((record.get("config") or {}).get("model") or {}).get("pretrained")
-    return (*(record.get(k) for k in PAIR_KEYS), *([f"pretrained {shown(start)}"] if start else []))
+    """What a run and its reference share, as (name, value) pairs: PAIR_KEYS, the weights both
+    start from where they are not the seed's own (``model.pretrained``), and the recipe."""
+    config = record.get("config") or {}
+    start = (config.get("model") or {}).get("pretrained")
+    train = config.get("train") or {}
+    return (*((k, record.get(k)) for k in PAIR_KEYS), ("pretrained", shown(start) if start else None),
+            *((k, train.get(k)) for k in RECIPE))
+
+
+def _differing(key: tuple, keys: set[tuple]) -> str:
+    """What sets ``key`` apart from the other ``keys``: the model, data, ..., ``pretrained=pretrain`` or
+    ``lr=0.3``."""
+    varying = {name for name, _ in key if len({dict(k).get(name) for k in keys}) > 1}
+    return ", ".join(str(value) if name in PAIR_KEYS else f"{name}={value}"
+                     for name, value in key if name in varying and value is not None)
 
 
 def _label(record: dict) -> str:
@@ -69,11 +83,12 @@ def against_reference(records: list[dict], reference: str = "dp", margin: float 
                             else None})
     if not any(len({p["seed"] for p in pairs}) >= 2 for pairs in rows.values()):
         return None
-    several = len({key for key, _ in rows}) > 1  # then each row names its model, data, batch, ..., weights
+    keys = {key for key, _ in rows}  # where several, each row names what sets its pairing apart
     out = []
     for (key, label), pairs in rows.items():
         runs = pd.DataFrame(pairs)
-        shown = f"{label} [{', '.join(str(v) for v in key)}]" if several else label
+        differs = _differing(key, keys)
+        shown = f"{label} [{differs}]" if differs and differs not in label else label
         row = {"configuration": shown, "seeds": len(runs),
                "reached": f"{runs['steps'].notna().sum()}/{len(runs)}"}
         for figure, scale in (("top1", 100), ("delta", 100), ("steps", 1), ("seconds", 1), ("saving", 100)):

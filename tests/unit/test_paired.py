@@ -30,8 +30,8 @@ def test_each_configuration_is_judged_against_the_dp_run_of_its_seed():
         _run("dp", 2, [(300, 0.9, 1.0)], model="vit_tiny"),  # another model: pairs with nothing here
     ]
     table = against_reference(records).set_index("configuration")
-    # two models in the records: each row names what it pairs on
-    dp, two, three, tiny = (table.loc[f"{s}, {w} workers [{m}, synthetic, 64, 300, fp32]"] for s, w, m in (
+    # two models in the records: each row names what sets its pairing apart
+    dp, two, three, tiny = (table.loc[f"{s}, {w} workers [{m}]"] for s, w, m in (
         ("dp", 2, "vit_micro"), ("ashpipe", 2, "vit_micro"), ("ashpipe", 3, "vit_micro"), ("dp", 2, "vit_tiny")))
     assert tiny["seeds"] == 1 and tiny["top1"] == pytest.approx(90)
     # DP reaches its own target of seed 0 at its last step (30 s), of seed 1 at step 200 (24 s)
@@ -43,7 +43,7 @@ def test_each_configuration_is_judged_against_the_dp_run_of_its_seed():
     assert three["reached"] == "1/2" and three["steps"] == 300 and three["saving"] == pytest.approx(100 * (1 - 15 / 24))
     assert three["saving ci95"] != three["saving ci95"]  # one pair: no interval
     text = to_markdown(table.reset_index())
-    assert "| ashpipe, 3 workers [vit_micro, synthetic, 64, 300, fp32] | 2 | 1/2 |" in text
+    assert "| ashpipe, 3 workers [vit_micro] | 2 | 1/2 |" in text
     assert "minus 1 point" in text
 
 
@@ -53,7 +53,7 @@ def test_no_table_without_two_seeds_paired_with_dp():
     assert against_reference([_run("hippie", s, [(300, 0.5, 3.0)]) for s in (0, 1)]) is None  # no DP
 
 
-@pytest.mark.parametrize("study", ["accuracy", "accuracy_digits", "accuracy_paper"])
+@pytest.mark.parametrize("study", ["accuracy", "accuracy_digits", "accuracy_paper", "finetune_digits"])
 def test_the_committed_paired_tables_are_what_the_command_writes(study):
     folder = os.path.join(os.path.dirname(__file__), "..", "..", "results", study)
     with open(os.path.join(folder, "paired.md")) as f:
@@ -69,6 +69,15 @@ def test_runs_pair_with_dp_from_the_same_starting_weights():
     records += [_run("dp", seed, [(300, 0.90, 30.0)], variant="tuned", **start) for seed in (0, 1)]
     records += [_run("ashpipe", seed, [(300, 0.80 + seed / 100, 30.0)], **start) for seed in (0, 1)]
     table = against_reference(records).set_index("configuration")
-    pipeline = table.loc["ashpipe, 2 workers [vit_micro, synthetic, 64, 300, fp32, pretrained pretrain]"]
+    pipeline = table.loc["ashpipe, 2 workers [pretrained=pretrain]"]
     assert pipeline["delta"] == pytest.approx(-9.5)  # against the tuned DP (90%), not the scratch one (30%)
-    assert table.loc["dp (scratch), 2 workers [vit_micro, synthetic, 64, 300, fp32]"]["top1"] == pytest.approx(30)
+    assert table.loc["dp (scratch), 2 workers"]["top1"] == pytest.approx(30)
+
+
+def test_a_rate_sweep_pairs_each_rate_with_dp_at_that_rate():
+    records = [_run(strategy, seed, [(300, top1 + seed / 100, 30.0)], config={"train": {"lr": lr}})
+               for lr, dp, pipeline in ((0.1, 0.50, 0.45), (0.3, 0.80, 0.60))
+               for strategy, top1 in (("dp", dp), ("ashpipe", pipeline)) for seed in (0, 1)]
+    table = against_reference(records).set_index("configuration")
+    assert table.loc["ashpipe, 2 workers [lr=0.1]"]["delta"] == pytest.approx(-5)
+    assert table.loc["ashpipe, 2 workers [lr=0.3]"]["delta"] == pytest.approx(-20)
