@@ -340,7 +340,6 @@ def sensitivity(records: list[dict], out_dir: str) -> list[str]:
     ok = [r for r in records if r.get("status") == "ok" and r.get("accuracy") is not None]
     names = dict.fromkeys(name for r in ok for name, value in (r.get("swept_settings") or {}).items()
                           if isinstance(value, (int, float)) and not isinstance(value, bool))
-    styles = Styles(records)
     paths = []
     for name in names:
         lines: dict[tuple, dict[float, list[dict]]] = {}
@@ -348,21 +347,24 @@ def sensitivity(records: list[dict], out_dir: str) -> list[str]:
             swept = r.get("swept_settings") or {}
             if name not in swept:
                 continue
-            others = ", ".join(f"{n}={v}" for n, v in swept.items() if n != name)
-            key = config_key({**r, "swept": others})
-            lines.setdefault(key, {}).setdefault(float(swept[name]), []).append(r)
+            # a line is a configuration less the swept setting, styled as the other figures style it
+            line = {**r, "swept": ", ".join(f"{n}={v}" for n, v in swept.items() if n != name)}
+            lines.setdefault(config_key(line), {}).setdefault(float(swept[name]), []).append(line)
         if not any(len(points) > 1 for points in lines.values()):
             continue
         values = sorted({x for points in lines.values() for x in points})
+        styles = Styles([r for points in lines.values() for runs in points.values() for r in runs])
         with paper_style():
             fig, ax = plt.subplots(figsize=(COLUMN_IN, 2.4))
-            for i, (key, points) in enumerate(sorted(lines.items(), key=lambda kv: _order(kv[0]))):
+            for key, points in sorted(lines.items(), key=lambda kv: _order(kv[0])):
                 strategy, variant, w = key
                 xs = sorted(points)
                 means = [_mean_and_half([r["accuracy"] * 100 for r in points[x]]) for x in xs]
                 label = f"{config_name({'strategy': strategy, 'variant': variant})}, w={w}"
+                first = points[xs[0]][0]
                 ax.errorbar(xs, [m for m, _ in means], yerr=[h for _, h in means], label=label, capsize=2,
-                            elinewidth=0.8, color=styles.color(points[xs[0]][0]), marker=_MARKERS[i % len(_MARKERS)])
+                            elinewidth=0.8, color=styles.color(first), marker=styles.marker(first),
+                            linestyle=styles.line(first), zorder=3 if strategy == "dp" else 2)  # the reference on top
             if values[0] > 0 and values[-1] >= 10 * values[0]:
                 ax.set_xscale("log")
             ax.set_xticks(values, [f"{x:g}" for x in values])

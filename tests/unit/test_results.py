@@ -377,12 +377,13 @@ def test_a_swept_learning_rate_draws_final_accuracy_against_it_one_line_per_conf
     from harness.report import figures
     from harness.report.tables import load_raw
 
-    def run(strategy, lr, seed, accuracy, momentum=0.0):
-        return {**_rec(strategy, 2, 100.0, 2**20), "seed": seed, "accuracy": accuracy,
+    def run(strategy, lr, seed, accuracy, momentum=0.0, workers=2):
+        return {**_rec(strategy, workers, 100.0, 2**20), "seed": seed, "accuracy": accuracy,
                 "config": {"train": {"lr": lr, "momentum": momentum}}}
 
     runs = [run("dp", 0.1, 0, 0.50), run("dp", 0.1, 1, 0.54), run("dp", 1.0, 0, 0.70), run("dp", 10.0, 0, 0.01),
-            run("ashpipe", 0.1, 0, 0.40), run("ashpipe", 1.0, 0, 0.20), run("ashpipe", 1.0, 0, 0.30, momentum=0.9)]
+            run("ashpipe", 0.1, 0, 0.40), run("ashpipe", 1.0, 0, 0.20), run("ashpipe", 1.0, 0, 0.30, momentum=0.9),
+            run("ashpipe", 0.1, 0, 0.30, workers=3), run("ashpipe", 1.0, 0, 0.10, workers=3)]
     for i, r in enumerate(runs):
         write(str(tmp_path / str(i)), r)
     drawn = _drawn(monkeypatch, figures.sensitivity, load_raw([str(tmp_path)]), tmp_path)
@@ -393,3 +394,8 @@ def test_a_swept_learning_rate_draws_final_accuracy_against_it_one_line_per_conf
     assert lines["ashpipe (momentum=0.0), w=2"] == ([0.1, 1.0], [40.0, 20.0])
     assert lines["ashpipe (momentum=0.9), w=2"] == ([1.0], [30.0])
     assert ax.get_xscale() == "log" and ax.get_xlabel() == "lr"
+    # styled as the other figures: a line style per worker count, the reference drawn on top
+    drawn_lines = {c.get_label(): c.lines[0] for c in ax.containers}
+    assert drawn_lines["ashpipe, w=3"].get_linestyle() != drawn_lines["ashpipe (momentum=0.0), w=2"].get_linestyle()
+    assert drawn_lines["dp, w=2"].get_zorder() > max(line.get_zorder() for label, line in drawn_lines.items()
+                                                      if not label.startswith("dp"))
