@@ -34,23 +34,9 @@ from harness.core.errors import ConfigError
 from harness.core.models import build_layers
 from harness.core.training import eval_counts
 from harness.strategies.ashpipe.reference import ashpipe_reference
-from harness.strategies.ashpipe.switch import switch_step
 
 OVERRIDES = True
 WINDOW = 20  # steps the first and last training losses are averaged over
-
-
-def reference_args(spec) -> tuple[list[int], int]:
-    """(boundaries, switch step) of the reference that computes what ``spec``'s job computes."""
-    if spec.strategy.name != "ashpipe":
-        return [], 0  # synchronous: the whole model as one stage
-    if switch_step(spec) is None:
-        raise ConfigError("strategy.switch_plateau decides the switch during the run; the reference needs a fixed "
-                          "one (strategy.switch_step, switch_epoch or switch_fraction)")
-    if spec.strategy.boundaries is None:
-        raise ConfigError("strategy=ashpipe without strategy.boundaries: the planner cuts the model from timings "
-                          "taken at the start of the run; give the cut (strategy.boundaries=[...]) to compare")
-    return list(spec.strategy.boundaries), switch_step(spec)
 
 
 @torch.no_grad()
@@ -71,7 +57,7 @@ def top1(spec, state: dict[str, torch.Tensor], data) -> float:
 
 def probe(spec) -> dict:
     """Train ``spec``'s job through the reference; its losses, divergence and final top-1."""
-    boundaries, switch_at = reference_args(spec)
+    boundaries, switch_at = spec.strategy_cls.reference_layout(spec)
     data = load(spec.data, spec.seed, spec.model.num_classes)
     order = BatchOrder(len(data.train), spec.train.global_batch, spec.seed)
     losses: list[float] = []
@@ -97,7 +83,7 @@ def main(args: list[str]) -> int:
         for job in jobs:  # every job validated before the first trains
             try:
                 specs.append(build_spec(compose(config_name="config", overrides=job), launching=False))
-                reference_args(specs[-1])
+                specs[-1].strategy_cls.reference_layout(specs[-1])
             except ConfigError as e:
                 print(f"error: {' '.join(job)}: {e}", file=sys.stderr)
                 return 2

@@ -148,6 +148,14 @@ class Strategy(ABC):
         return ""
 
     @classmethod
+    def reference_layout(cls, spec) -> tuple[list[int], int]:
+        """(stage boundaries, synchronous steps first) with which AshPipe's single-process reference
+        (harness.strategies.ashpipe.reference, ``pipebench stability``) computes this run's
+        updates; raises ConfigError where it cannot. A synchronous strategy computes plain
+        single-process training's updates (its equivalence tests): one stage."""
+        return [], 0
+
+    @classmethod
     def schedule(cls, spec) -> tuple[schedules.Schedule, int] | None:
         """The registry's entry of the pipeline schedule this run follows, with its stages per
         rank; None for a strategy without one (data parallelism)."""

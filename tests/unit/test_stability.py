@@ -1,4 +1,5 @@
-"""``pipebench stability``: each job of a sweep trained through AshPipe's single-process reference."""
+"""``pipebench stability``: each job of a sweep trained through AshPipe's single-process reference, as its
+strategy says (``reference_layout``)."""
 
 import pytest
 import torch
@@ -15,9 +16,9 @@ SGD = ["train.optimizer=sgd", "train.momentum=0.9", "train.lr=0.1"]
 
 def test_a_job_is_trained_as_its_strategy_computes():
     dp = make_spec(*TINY, *SGD, "strategy=dp", "world_size=2")
-    assert stability.reference_args(dp) == ([], 0)  # synchronous: one stage
+    assert dp.strategy_cls.reference_layout(dp) == ([], 0)  # synchronous: one stage
     sp = make_spec(*TINY, *SGD, "+case=accuracy/ashpipe_w2", "strategy.switch_fraction=0.4")
-    assert stability.reference_args(sp) == ([3], 2)  # 0.4 of 5 steps synchronous, then two stages
+    assert sp.strategy_cls.reference_layout(sp) == ([3], 2)  # 0.4 of 5 steps synchronous, then two stages
     # one stage through the reference is plain single-process training (with momentum)
     data = load(dp.data, dp.seed, dp.model.num_classes)
     order = BatchOrder(len(data.train), dp.train.global_batch, dp.seed)
@@ -33,8 +34,9 @@ def test_a_job_is_trained_as_its_strategy_computes():
     (["+case=accuracy/ashpipe_w2", "strategy.switch_plateau=0.1"], "fixed one"),
 ])
 def test_a_job_the_reference_cannot_compute_is_refused(overrides, message):
+    spec = make_spec(*TINY, *SGD, *overrides)
     with pytest.raises(ConfigError, match=message):
-        stability.reference_args(make_spec(*TINY, *SGD, *overrides))
+        spec.strategy_cls.reference_layout(spec)
 
 
 def test_the_command_reports_each_job_and_stops_one_that_diverges(capsys):

@@ -148,6 +148,16 @@ class AshPipeStrategy(Strategy):
                               "strategy.lr_correction=true only")
 
     @classmethod
+    def reference_layout(cls, spec) -> tuple[list[int], int]:
+        if switch_step(spec) is None:
+            raise ConfigError("strategy.switch_plateau decides the switch during the run; the reference needs a fixed "
+                              "one (strategy.switch_step, switch_epoch or switch_fraction)")
+        if spec.strategy.boundaries is None:
+            raise ConfigError("strategy=ashpipe without strategy.boundaries: the planner cuts the model from timings "
+                              "taken at the start of the run; give the cut (strategy.boundaries=[...]) to compare")
+        return list(spec.strategy.boundaries), switch_step(spec)
+
+    @classmethod
     def samples_per_forward(cls, spec) -> int:
         st = spec.strategy
         return max(1, spec.train.global_batch // (min(st.replicas) if st.replicas is not None else spec.world_size))
