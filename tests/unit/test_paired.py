@@ -53,7 +53,7 @@ def test_no_table_without_two_seeds_paired_with_dp():
     assert against_reference([_run("hippie", s, [(300, 0.5, 3.0)]) for s in (0, 1)]) is None  # no DP
 
 
-@pytest.mark.parametrize("study", ["accuracy", "accuracy_digits", "accuracy_paper", "finetune_digits"])
+@pytest.mark.parametrize("study", ["accuracy", "accuracy_digits", "accuracy_paper", "accuracy_paper_digits", "finetune_digits"])
 def test_the_committed_paired_tables_are_what_the_command_writes(study):
     folder = os.path.join(os.path.dirname(__file__), "..", "..", "results", study)
     with open(os.path.join(folder, "paired.md")) as f:
