@@ -6,7 +6,8 @@ through AshPipe's sequential reference (harness.strategies.ashpipe.reference, th
 runtime is tested against): an AshPipe job with its stages' staleness, its switch, weight
 prediction and rate correction; every synchronous strategy (DP, Hippie, the baselines, which
 compute the same updates) as one stage. Same model, initial weights, data order, augmentation
-and recipe as the job, without processes or communication: a grid of rates costs a fraction
+and recipe as the job (in fp32, whatever ``train.precision`` says), without processes or
+communication: a grid of rates costs a fraction
 of the runs it helps choose. A job stops at its first non-finite loss. One line per job: the
 training loss over its first and last 20 steps, the step it diverged at, and the test top-1 of
 its final weights (``train.eval_samples`` of the test split). Choose the points of a real

@@ -142,7 +142,7 @@ def ashpipe_reference(spec, batches: Iterable, boundaries: list[int], switch_at:
             opts[s].step()
             opts[s].zero_grad(set_to_none=True)
             versions[s][j + 1] = snapshot(s)
-            versions[s].pop(j + 1 - (S - 1 - s) - 1, None)  # no later minibatch uses it
+            versions[s].pop(j - (S - 1 - s), None)  # the version minibatch j used: no later one uses it
         if on_loss is not None and on_loss(switch_at + j, loss.item()):
             break
     return _state(layers)
