@@ -30,7 +30,7 @@ from torch import nn
 
 from harness.cli.hydra_app import SWEEP_FLAGS, composing, overrides_of, refuse_bad_overrides, sweep_jobs
 from harness.config.spec import build_spec
-from harness.core.data import BatchOrder, load
+from harness.core.data import BatchOrder, check_available, load
 from harness.core.errors import ConfigError
 from harness.core.models import build_layers
 from harness.core.training import eval_counts
@@ -83,8 +83,10 @@ def main(args: list[str]) -> int:
         specs = []
         for job in jobs:  # every job validated before the first trains
             try:
-                specs.append(build_spec(compose(config_name="config", overrides=job), launching=False))
-                specs[-1].strategy_cls.reference_layout(specs[-1])
+                spec = build_spec(compose(config_name="config", overrides=job), launching=False)
+                spec.strategy_cls.reference_layout(spec)
+                check_available(spec.data, spec.model.num_classes)  # a missing or corrupt set, in one line
+                specs.append(spec)
             except ConfigError as e:
                 print(f"error: {' '.join(job)}: {e}", file=sys.stderr)
                 return 2

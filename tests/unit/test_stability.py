@@ -53,8 +53,11 @@ def test_the_command_reports_each_job_and_stops_one_that_diverges(capsys):
     assert "[4/4]" in out.err
 
 
-def test_the_command_refuses_before_training_anything(capsys):
-    code = stability.main([*TINY, *SGD, "+case=accuracy/dp_w2", "strategy=ashpipe", "strategy.boundaries=null"])
-    assert code == 2
+@pytest.mark.parametrize("bad, message", [
+    (["strategy=ashpipe", "strategy.boundaries=null"], "strategy.boundaries"),
+    (["data=digits", "data.root=/nonexistent"], "/nonexistent"),
+])
+def test_the_command_refuses_before_training_anything(capsys, bad, message):
+    assert stability.main([*TINY, *SGD, "+case=accuracy/dp_w2,accuracy/ashpipe_w2", *bad]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "strategy.boundaries" in err and "[1/" not in err
+    assert err.count("\n") == 1 and message in err and "[1/" not in err
