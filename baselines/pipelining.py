@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Optional
 
 import torch
 from torch import nn
@@ -30,22 +29,20 @@ from torch.nn.parallel import DistributedDataParallel
 from harness.core.comm import new_group
 from harness.core.errors import ConfigError
 from harness.metrics.meter import optimizer_state_tensors
-from harness.core.options import bounded, choice
+from harness.core.options import choice
 from harness.runtime import schedules, torch_schedules
 from harness.runtime.executor import StageModule
 from harness.runtime.partition import stage_ranges
 from harness.runtime.topology import Topology
-from harness.strategies.base import PipelineKeys, Strategy, summed_eval
-from harness.strategies.layout import (check_layout, micro_batch_samples, recompute_of_stages, resolve_boundaries,
-                                       simulated_pipeline, uniform_replicas)
+from harness.strategies.base import MultiStageKeys, Strategy, summed_eval
+from harness.strategies.layout import (check_layout, check_stages_per_rank, micro_batch_samples, recompute_of_stages,
+                                       resolve_boundaries, simulated_pipeline, uniform_replicas)
 from harness.core.training import PRECISIONS, clip_gradients, eval_counts, make_optimizer, mean_loss, with_precision
 
 @dataclass
-class PipeliningKeys(PipelineKeys):
+class PipeliningKeys(MultiStageKeys):
     # every schedule of the registry the library has (docs/reference/schedules.md)
     schedule: str = choice("1f1b", *schedules.names(library=True))
-    # stages each rank holds (v): 1 for gpipe and 1f1b; unset: 2 for the multi-stage schedules
-    stages_per_rank: Optional[int] = bounded(None, 1)
 
 
 class PipeliningStrategy(Strategy):
@@ -53,22 +50,12 @@ class PipeliningStrategy(Strategy):
     Config = PipeliningKeys
 
     @classmethod
-    def complete(cls, spec) -> None:
-        super().complete(spec)
-        st = spec.strategy
-        if st.stages_per_rank is None:
-            st.stages_per_rank = schedules.get(st.schedule).default_stages_per_rank
-
-    @classmethod
     def check(cls, spec) -> None:
         st, m = spec.strategy, spec.train.micro_batches
         replicas = uniform_replicas(spec)
         P, n, v = len(replicas), replicas[0], st.stages_per_rank
         kind = schedules.get(st.schedule)
-        if kind.placement == "one" and v != 1:
-            several = [s for s in schedules.names(library=True) if schedules.get(s).placement != "one"]
-            raise ConfigError(f"strategy.schedule={st.schedule} runs one stage per rank; set strategy.stages_per_rank=1 "
-                              f"or use a schedule with several: {', '.join(several)}")
+        check_stages_per_rank(spec, kind, schedules.names(library=True))
         check_layout(spec, replicas, stages_per_rank=v)
         B = spec.train.global_batch
         if B % (n * m):

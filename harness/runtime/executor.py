@@ -58,14 +58,6 @@ def _same_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
 _KIND = {sch.FWD: "compute_s", sch.BWD: "compute_s", sch.BWD_I: "compute_s", sch.BWD_W: "compute_s",
          sch.RECV_F: "idle_s", sch.RECV_B: "idle_s"}
 
-_EVAL_TAGS = 1 << 22  # evaluation messages never share a tag with training ones
-
-
-def _tag(micro: int, grad: bool, base: int = 0) -> int:
-    """Message tag: activations even, gradients odd; bounded for long asynchronous runs."""
-    return base + 2 * (micro % (1 << 20)) + int(grad)
-
-
 class StageModule(nn.Module):
     """The contiguous layers of one stage; layers in ``recompute`` are checkpointed.
 
@@ -155,7 +147,7 @@ class GradSync:
         self._ready = [0] * len(self.buckets)
         self._pending: dict[int, Pending] = {}
         self._launched_at: list = []  # (device-timer mark, launched under the armed backward)
-        self._backward_end = None
+        self.backward_end = None  # the armed backward's end mark
         self.armed = False
         self._hooks = [p.register_post_accumulate_grad_hook(self.ready)
                        for bucket in self.buckets for p in bucket]
@@ -169,16 +161,17 @@ class GradSync:
     def arm(self) -> None:
         self.armed = True
         self._ready = [0] * len(self.buckets)
-        self._launched_at, self._backward_end = [], None
+        self._launched_at, self.backward_end = [], None
 
     def backward_done(self) -> None:
-        self._backward_end = self.timer.mark()
+        self.backward_end = self.timer.mark()
 
-    def overlap(self) -> dict:
+    def overlap(self, end=None) -> dict:
         """Of this iteration's buckets, those whose all-reduce started before the armed backward
         ended, and the time from the first such start to that end (the all-reduce hidden under
-        backward). Call once the step is over: on CUDA it waits for the marks."""
-        end = self._backward_end
+        backward), or to ``end`` (a mark of the same timer's clock: where the rank's work went on
+        after this stage's backward). Call once the step is over: on CUDA it waits for the marks."""
+        end = end if end is not None and self.backward_end is not None else self.backward_end
         # launched before the backward ended, in the host's order (device marks may tie)
         early = [t for t, in_backward in self._launched_at if in_backward and end is not None]
         hidden = max((self.timer.elapsed(t, end) for t in early), default=0.0)
@@ -203,7 +196,7 @@ class GradSync:
             self._launch(b)
 
     def _launch(self, b: int) -> None:
-        self._launched_at.append((self.timer.mark(), self.armed and self._backward_end is None))
+        self._launched_at.append((self.timer.mark(), self.armed and self.backward_end is None))
         self._pending[b] = self.comm.all_reduce_async(self.grads.flats[b], self.group)
 
     def wait(self) -> None:
@@ -238,7 +231,7 @@ class StageRun:
 
 @dataclass
 class StagePlan:
-    """Everything a rank needs to know about its place in the pipeline."""
+    """Everything a rank needs to know about one stage's place in the pipeline."""
 
     topo: Topology
     rank: int
@@ -257,21 +250,56 @@ class StagePlan:
         return self.stage == self.topo.num_stages - 1
 
 
-class StageExecutor:
-    """What runs on the hot path is prepared once: gradients live in persistent buckets
-    (:class:`GradBuckets`), each micro-batch's sample range and transfers are computed once
-    per batch size, received tensors come from a pool of buffers, and stashed weight
-    versions are reused once their backward is done."""
+@dataclass
+class LocalStage:
+    """One stage this rank runs: its place, its layers, its gradient buffers and their replica
+    all-reduce (None with one replica). A rank of an interleaved or V-shaped schedule runs
+    several, each with its own buckets, reduced as soon as that stage's last backward ends."""
 
-    def __init__(self, plan: StagePlan, module: StageModule, comm: Comm, optimizer: torch.optim.Optimizer,
-                 grads: GradBuckets, grad_sync: GradSync | None, dtype: torch.dtype = torch.float32,
-                 stash_weights: bool = False, predict_weights: bool = False, label_smoothing: float = 0.0,
-                 clip: Clip | None = None):
-        """``grads``: the stage's gradient buffers (``grad_sync`` reduces them across replicas);
+    plan: StagePlan
+    module: StageModule
+    grads: GradBuckets
+    grad_sync: GradSync | None
+
+    def __post_init__(self):
+        self.names = [n for n, _ in self.module.named_parameters()]
+        self.masters = [p for _, p in self.module.named_parameters()]
+        self.recompute_at_i = False  # this call's split backward recomputes its forward at I
+
+
+@dataclass
+class InFlight:
+    """A stage's micro-batches between their forward and the end of their backward."""
+
+    inputs: dict[int, torch.Tensor] = field(default_factory=dict)
+    outputs: dict[int, torch.Tensor] = field(default_factory=dict)
+    losses: dict[int, torch.Tensor] = field(default_factory=dict)
+    grads: dict[int, torch.Tensor] = field(default_factory=dict)  # output gradients, received or handed over
+    handed: set[int] = field(default_factory=set)  # those handed over by the next stage on this rank (no pool buffer)
+    weight_parts: dict[int, list[dict]] = field(default_factory=dict)  # what a W pass starts from
+    # received tensors a W pass still reads (the gradient, the stage's input, which autograd saved),
+    # back to the pool after that pass, however late the schedule runs it
+    read_by_w: dict[int, list[torch.Tensor]] = field(default_factory=dict)
+
+
+class StageExecutor:
+    """Runs one rank's action lists: each action on the stage it names (its only one, where a
+    rank holds one). What runs on the hot path is prepared once: gradients live in persistent
+    buckets (:class:`GradBuckets`), each micro-batch's sample range and transfers are computed
+    once per batch size, received tensors come from a pool of buffers, and stashed weight
+    versions are reused once their backward is done. Adjacent stages on one rank hand their
+    tensors over in place of a send (the V schedules' turn)."""
+
+    def __init__(self, stages: list[LocalStage], comm: Comm, optimizer: torch.optim.Optimizer,
+                 dtype: torch.dtype = torch.float32, stash_weights: bool = False, predict_weights: bool = False,
+                 label_smoothing: float = 0.0, clip: Clip | None = None):
+        """``stages``: this rank's stages, ascending (``optimizer`` steps all of their parameters);
         ``dtype``: the activations' and gradients' type between stages (bf16 in a bf16 run);
         ``clip``: how a STEP clips the gradients' norm (None: it does not)."""
-        self.plan, self.module, self.comm = plan, module, comm
-        self.optimizer, self.grads, self.grad_sync, self.dtype = optimizer, grads, grad_sync, dtype
+        if (stash_weights or predict_weights) and len(stages) != 1:
+            raise ValueError("weight stashing runs one stage per rank")
+        self.stages, self.comm, self.optimizer, self.dtype = stages, comm, optimizer, dtype
+        self._by_stage = {st.plan.stage: st for st in stages}
         self.label_smoothing, self.clip = label_smoothing, clip
         self.device = comm.ctx.device
         self.timer = DeviceTimer(self.device)
@@ -280,14 +308,12 @@ class StageExecutor:
         self.stash_weights = stash_weights
         # ... predicted over the minibatches in flight (their updates land before this one's)
         self.predict_weights = predict_weights
-        self._names = [n for n, _ in module.named_parameters()]
-        self._masters = [p for _, p in module.named_parameters()]
         self._stash: dict[int, list[torch.Tensor]] = {}
         self._free_versions: list[list[torch.Tensor]] = []
         self._received: dict[tuple, list[torch.Tensor]] = {}  # free receive buffers, by shape
-        self._ranges: dict[tuple[int, int], tuple[int, int]] = {}
-        self._transfers: dict[tuple[int, int, bool], list] = {}
-        self._tag_base = 0
+        self._ranges: dict[tuple[int, int, int], tuple[int, int]] = {}
+        self._transfers: dict[tuple[int, int, int, bool], list] = {}
+        self._evaluating = False
         self._calls = 0  # training calls so far (an asynchronous schedule waits for a send two calls on)
         self._sends_started = 0
         self._settle = False
@@ -295,15 +321,31 @@ class StageExecutor:
         self._reduced = False  # a STEP reduced gradients in this call
         self._reset_state()
 
+    @property
+    def plan(self) -> StagePlan:
+        """The plan of this rank's stage, where it holds one."""
+        return self._only().plan
+
+    @property
+    def module(self) -> StageModule:
+        return self._only().module
+
+    def _only(self) -> LocalStage:
+        if len(self.stages) != 1:
+            raise ValueError(f"rank {self.stages[0].plan.rank} holds stages {list(self._by_stage)}")
+        return self.stages[0]
+
+    def _on(self, a: sch.Action) -> tuple[LocalStage, InFlight]:
+        """The stage ``a`` acts on and its micro-batches in flight."""
+        st = self.stages[0] if a.stage is None else self._by_stage[a.stage]
+        return st, self._held[st.plan.stage]
+
+    def _local(self, stage: int) -> LocalStage | None:
+        """Stage ``stage`` where this rank holds it too (an adjacent stage handed over in place)."""
+        return self._by_stage.get(stage)
+
     def _reset_state(self) -> None:
-        self._weight_parts: dict[int, list[dict]] = {}  # per micro-batch: what its W pass starts from
-        # per micro-batch: received tensors its W pass still reads (the gradient, the stage's input,
-        # which autograd saved), back to the pool after that pass, however late the schedule runs it
-        self._read_by_w: dict[int, list[torch.Tensor]] = {}
-        self._inputs: dict[int, torch.Tensor] = {}
-        self._outputs: dict[int, torch.Tensor] = {}
-        self._losses: dict[int, torch.Tensor] = {}
-        self._grads: dict[int, torch.Tensor] = {}
+        self._held = {stage: InFlight() for stage in self._by_stage}
         self._sends: list[tuple[int, Pending]] = []  # (the training call that started it, the send)
 
     def send_counts(self) -> tuple[int, int]:
@@ -334,8 +376,10 @@ class StageExecutor:
         self._calls += 1
         self._run = StageRun()
         # a split backward on a stage with recomputed layers recomputes its forward once, at I
-        self._recompute_at_i = bool(self.module.recompute) and not self.plan.is_first and any(
-            a.op == sch.BWD_I for a in actions)
+        split = {self._on(a)[0].plan.stage for a in actions if a.op == sch.BWD_I}
+        for st in self.stages:
+            st.recompute_at_i = bool(st.module.recompute) and not st.plan.is_first and st.plan.stage in split
+        self._last_reduced: GradSync | None = None  # the stage whose reducing backward ended last
         # (label or None, where the span's time goes or None, start mark, end mark)
         self._spans: list[tuple] = []
         self.timer.anchor()
@@ -345,7 +389,8 @@ class StageExecutor:
                 if action.op in (sch.BWD_I, sch.BWD_W):
                     # named as torch pipelining names its actions, so the profiled step tells a
                     # split backward's two parts apart (harness.metrics.meter.compute_spans)
-                    with torch.profiler.record_function(f"PP:{self.plan.stage}{action.op}{action.micro}"):
+                    stage = self._on(action)[0].plan.stage
+                    with torch.profiler.record_function(f"PP:{stage}{action.op}{action.micro}"):
                         self.ACTIONS[action.op](self, action)
                 else:
                     self.ACTIONS[action.op](self, action)
@@ -378,8 +423,15 @@ class StageExecutor:
                 self._run.events.append((label, t0, t1))
             if kind is not None:
                 setattr(self._run, kind, getattr(self._run, kind) + t1 - t0)
-        if self.grad_sync is not None and self._reduced:
-            self._run.allreduce = self.grad_sync.overlap()
+        syncs = [st.grad_sync for st in self.stages if st.grad_sync is not None]
+        if syncs and self._reduced:
+            # several stages: each one's buckets, hidden under the rank's work up to the end of the
+            # last reducing backward (a stage reduced early hides under the other stages' work)
+            end = self._last_reduced.backward_end if self._last_reduced is not None else None
+            parts = [sync.overlap(end) for sync in syncs]
+            self._run.allreduce = {"buckets": sum(p["buckets"] for p in parts),
+                                   "buckets_in_backward": sum(p["buckets_in_backward"] for p in parts),
+                                   "hidden_allreduce_s": max(p["hidden_allreduce_s"] for p in parts)}
         self._spans, self._reduced = [], False
 
     def drain_sends(self) -> None:
@@ -402,10 +454,10 @@ class StageExecutor:
         weights; training minibatches in flight, and their messages (which use
         other tags), are untouched and resume afterwards.
         """
-        training_state = (self._inputs, self._outputs, self._losses, self._grads, self._sends,
-                          getattr(self, "_x", None), getattr(self, "_y", None), getattr(self, "_batch", None))
+        training_state = (self._held, self._sends, getattr(self, "_x", None), getattr(self, "_y", None),
+                          getattr(self, "_batch", None))
         self._reset_state()
-        self._x, self._y, self._batch, self._training, self._tag_base = x, y, x.shape[0], False, _EVAL_TAGS
+        self._x, self._y, self._batch, self._training, self._evaluating = x, y, x.shape[0], False, True
         self._run = StageRun()
         try:
             with torch.no_grad():
@@ -414,33 +466,39 @@ class StageExecutor:
             self._wait_sends()
             return self._run
         finally:
-            (self._inputs, self._outputs, self._losses, self._grads, self._sends,
-             self._x, self._y, self._batch) = training_state
-            self._training, self._tag_base = True, 0
+            self._held, self._sends, self._x, self._y, self._batch = training_state
+            self._training, self._evaluating = True, False
 
     # -- helpers -------------------------------------------------------------
-    def _range(self, micro: int) -> tuple[int, int]:
+    def _range(self, st: LocalStage, micro: int) -> tuple[int, int]:
         # asynchronous schedules number minibatches across calls; within a batch the
         # slice is the index modulo the micro-batch count
-        p = self.plan
-        key = (self._batch, micro % p.micro_batches)
+        p = st.plan
+        key = (p.stage, self._batch, micro % p.micro_batches)
         if key not in self._ranges:
-            self._ranges[key] = owned_range(p.topo, self._batch, p.micro_batches, key[1], p.stage, p.replica)
+            self._ranges[key] = owned_range(p.topo, self._batch, p.micro_batches, key[2], p.stage, p.replica)
         return self._ranges[key]
 
-    def _pieces(self, micro: int, towards_next: bool):
-        """Transfers of ``micro`` that touch this rank on the boundary with the next (or previous) stage."""
-        p = self.plan
-        key = (self._batch, micro % p.micro_batches, towards_next)
+    def _pieces(self, st: LocalStage, micro: int, towards_next: bool):
+        """Transfers of ``micro`` that touch this rank on ``st``'s boundary with the next (or previous) stage."""
+        p = st.plan
+        key = (p.stage, self._batch, micro % p.micro_batches, towards_next)
         if key not in self._transfers:
             boundary = p.stage if towards_next else p.stage - 1
             me = "src" if towards_next else "dst"
-            pieces = transfers(p.topo, self._batch, p.micro_batches, key[1], boundary)
+            pieces = transfers(p.topo, self._batch, p.micro_batches, key[2], boundary)
             self._transfers[key] = [t for t in pieces if getattr(t, me) == p.rank]
         return self._transfers[key]
 
-    def _receive(self, micro: int, shape: tuple[int, ...], pieces, peer_attr: str, tag: int) -> torch.Tensor:
-        lo, hi = self._range(micro)
+    def _tag(self, micro: int, grad: bool, boundary: int) -> int:
+        """Message tag: unique per boundary (two stages of one rank may talk to the same peer),
+        per micro-batch (bounded for long asynchronous runs), direction, and training or
+        evaluation (whose messages never meet a training one in flight)."""
+        return ((boundary * 2 + self._evaluating) * (1 << 20) + micro % (1 << 20)) * 2 + int(grad)
+
+    def _receive(self, st: LocalStage, micro: int, shape: tuple[int, ...], pieces, peer_attr: str, tag: int
+                 ) -> torch.Tensor:
+        lo, hi = self._range(st, micro)
         free = self._received.get((hi - lo, *shape))
         buf = free.pop() if free else torch.empty((hi - lo, *shape), dtype=self.dtype, device=self.device)
         waits = [self.comm.irecv(buf[t.lo - lo : t.hi - lo], getattr(t, peer_attr), tag) for t in pieces]
@@ -457,20 +515,21 @@ class StageExecutor:
         """A copy of the master weights for one minibatch in flight: a kept one when there is one
         (one copy kernel for all of them), otherwise new leaves whose gradients are the masters'
         buffers, so a backward on the copy accumulates straight into the stage's buckets."""
+        st = self._only()
         if self._free_versions:
             version = self._free_versions.pop()
             with torch.no_grad():
-                torch._foreach_copy_(version, self._masters)
+                torch._foreach_copy_(version, st.masters)
             return version
-        version = [p.detach().clone().requires_grad_(True) for p in self._masters]
-        for t, p in zip(version, self._masters):
+        version = [p.detach().clone().requires_grad_(True) for p in st.masters]
+        for t, p in zip(version, st.masters):
             t.grad = p.grad
-        if self.grad_sync is not None:  # the replica all-reduce starts under this version's backward
-            self.grad_sync.follow(self._masters, version)
+        if st.grad_sync is not None:  # the replica all-reduce starts under this version's backward
+            st.grad_sync.follow(st.masters, version)
         return version
 
-    def _send(self, tensor: torch.Tensor, micro: int, pieces, peer_attr: str, tag: int) -> None:
-        lo, _ = self._range(micro)
+    def _send(self, st: LocalStage, tensor: torch.Tensor, micro: int, pieces, peer_attr: str, tag: int) -> None:
+        lo, _ = self._range(st, micro)
         self._sends_started += len(pieces)
         for t in pieces:
             self._sends.append((self._calls, self.comm.isend(tensor[t.lo - lo : t.hi - lo].contiguous(),
@@ -481,80 +540,112 @@ class StageExecutor:
             pending.wait()
         self._sends.clear()
 
+    def _hand_back(self, st: LocalStage, held: InFlight, micro: int) -> None:
+        """After ``st``'s backward of ``micro``: where the previous stage lives on this rank too,
+        the input's gradient is its output's (no SEND_B in the list), handed over in place."""
+        before = self._local(st.plan.stage - 1)
+        if before is None:
+            return
+        inp = held.inputs.pop(micro)
+        below = self._held[before.plan.stage]
+        below.grads[micro] = inp.grad
+        below.handed.add(micro)
+
     # -- actions -------------------------------------------------------------
     def _RECV_F(self, a: sch.Action) -> None:
-        shape = self.plan.boundary_shapes[self.plan.stage]
-        buf = self._receive(a.micro, shape, self._pieces(a.micro, towards_next=False), "src", tag=_tag(a.micro, grad=False, base=self._tag_base))
-        self._inputs[a.micro] = buf.requires_grad_(self._training)
+        st, held = self._on(a)
+        shape = st.plan.boundary_shapes[st.plan.stage]
+        buf = self._receive(st, a.micro, shape, self._pieces(st, a.micro, towards_next=False), "src",
+                            tag=self._tag(a.micro, grad=False, boundary=st.plan.stage - 1))
+        held.inputs[a.micro] = buf.requires_grad_(self._training)
 
     def _F(self, a: sch.Action) -> None:
-        if self.plan.is_first:
-            lo, hi = self._range(a.micro)
+        st, held = self._on(a)
+        before = None if st.plan.is_first else self._local(st.plan.stage - 1)
+        if before is not None:
+            # the previous stage runs here: its output is this stage's input, cast as a transfer
+            # would cast it, and cut from its graph (each stage's backward is its own action)
+            below = self._held[before.plan.stage]
+            out = below.outputs[a.micro] if self._training else below.outputs.pop(a.micro)
+            held.inputs[a.micro] = out.detach().to(self.dtype).requires_grad_(self._training)
+        if st.plan.is_first:
+            lo, hi = self._range(st, a.micro)
             inp = self._x[lo:hi]
         else:
             # activations travel in the run's precision; the stage computes from fp32, as the
             # layers would in one process (a bf16 input would keep the residual stream in bf16)
-            inp = self._inputs[a.micro].float()
+            inp = held.inputs[a.micro].float()
         if self.stash_weights and self._training:
             delay = len(self._stash)  # minibatches whose updates this stage applies before this one's
             version = self._stash[a.micro] = self._new_version()
             if self.predict_weights:
-                predict_weights_(version, self._masters, self.optimizer, delay)
-            with _weights(self.module, dict(zip(self._names, version))):
-                out = self.module(inp)
+                predict_weights_(version, st.masters, self.optimizer, delay)
+            with _weights(st.module, dict(zip(st.names, version))):
+                out = st.module(inp)
         else:
-            out = self.module(inp)
-        if not self.plan.is_last:
-            self._outputs[a.micro] = out
+            out = st.module(inp)
+        if not st.plan.is_last:
+            held.outputs[a.micro] = out
+            if not self._training and before is not None:
+                held.inputs.pop(a.micro)
             return
-        lo, hi = self._range(a.micro)
+        lo, hi = self._range(st, a.micro)
         target = self._y[lo:hi]
         if self._training:
             loss = summed_loss(out, target, self._batch, self.label_smoothing)
-            self._losses[a.micro] = loss
+            held.losses[a.micro] = loss
             self._run.loss = self._run.loss + loss.detach()  # read once, after the step
         else:
             correct, count, loss_sum = eval_counts(out, target)
             self._run.correct += int(correct)
             self._run.count += int(count)
             self._run.loss_sum += loss_sum
-        if not self._training:
-            self._inputs.pop(a.micro, None)
+            held.inputs.pop(a.micro, None)
 
     def _SEND_F(self, a: sch.Action) -> None:
-        out = self._outputs[a.micro]
-        self._send(out.detach().to(self.dtype), a.micro, self._pieces(a.micro, towards_next=True), "dst", tag=_tag(a.micro, grad=False, base=self._tag_base))
+        st, held = self._on(a)
+        out = held.outputs[a.micro]
+        self._send(st, out.detach().to(self.dtype), a.micro, self._pieces(st, a.micro, towards_next=True), "dst",
+                   tag=self._tag(a.micro, grad=False, boundary=st.plan.stage))
         if not self._training:
-            self._outputs.pop(a.micro)
-            self._inputs.pop(a.micro, None)
+            held.outputs.pop(a.micro)
+            held.inputs.pop(a.micro, None)
 
     def _RECV_B(self, a: sch.Action) -> None:
-        shape = self.plan.boundary_shapes[self.plan.stage + 1]
-        self._grads[a.micro] = self._receive(a.micro, shape, self._pieces(a.micro, towards_next=True), "dst",
-                                             tag=_tag(a.micro, grad=True, base=self._tag_base))
+        st, held = self._on(a)
+        shape = st.plan.boundary_shapes[st.plan.stage + 1]
+        held.grads[a.micro] = self._receive(st, a.micro, shape, self._pieces(st, a.micro, towards_next=True), "dst",
+                                            tag=self._tag(a.micro, grad=True, boundary=st.plan.stage))
 
     def _B(self, a: sch.Action) -> None:
-        if a.reduce and self.grad_sync is not None:
-            self.grad_sync.arm()
+        st, held = self._on(a)
+        sync = st.grad_sync if a.reduce else None
+        if sync is not None:
+            sync.arm()
         version = self._stash.pop(a.micro, None)
         # recomputed layers run their forward again here: give them the same weights (whose
         # gradients are the master weights' buffers: see _new_version)
-        with _weights(self.module, dict(zip(self._names, version))) if version is not None else contextlib.nullcontext():
-            if self.plan.is_last:
-                self._losses.pop(a.micro).backward()
+        with _weights(st.module, dict(zip(st.names, version))) if version is not None else contextlib.nullcontext():
+            if st.plan.is_last:
+                held.losses.pop(a.micro).backward()
             else:
-                out = self._outputs.pop(a.micro)
-                grad = self._grads.pop(a.micro)
+                out = held.outputs.pop(a.micro)
+                grad = held.grads.pop(a.micro)
                 torch.autograd.backward(out, grad.to(out.dtype))
-                inp = self._inputs.get(a.micro)
+                inp = held.inputs.get(a.micro)
                 # autograd may hand the received gradient itself on as the input's gradient (a
                 # residual stream passes it through): then it is still to be sent
-                if inp is None or inp.grad is None or not _same_storage(inp.grad, grad):
+                pooled = a.micro not in held.handed
+                held.handed.discard(a.micro)
+                if pooled and (inp is None or inp.grad is None or not _same_storage(inp.grad, grad)):
                     self._release(grad)
-        if a.reduce and self.grad_sync is not None:
-            self.grad_sync.backward_done()
+        if sync is not None:
+            sync.backward_done()
+            self._last_reduced = sync
         if version is not None:
             self._free_versions.append(version)
+        if not st.plan.is_first:
+            self._hand_back(st, held, a.micro)
 
     def _I(self, a: sch.Action) -> None:
         """The input-gradient part of micro-batch ``a.micro``'s backward: the gradient the previous
@@ -562,72 +653,85 @@ class StageExecutor:
         are kept for the W pass (torch.distributed.pipelining's split of the autograd graph), so
         the two parts together compute one backward once. The first stage's input needs no
         gradient: its I does nothing and its W runs the whole backward."""
-        if self.plan.is_first:
+        st, held = self._on(a)
+        if st.plan.is_first:
             return
-        inp = self._inputs[a.micro]
-        if self.plan.is_last:
-            outputs, grads = [self._losses.pop(a.micro)], None
+        inp = held.inputs[a.micro]
+        pooled = a.micro not in held.handed
+        held.handed.discard(a.micro)
+        if st.plan.is_last:
+            outputs, grads = [held.losses.pop(a.micro)], None
         else:
-            out, grad = self._outputs.pop(a.micro), self._grads.pop(a.micro)
+            out, grad = held.outputs.pop(a.micro), held.grads.pop(a.micro)
             outputs, grads = [out], [grad.to(out.dtype)]
-        if self._recompute_at_i:
+        if st.recompute_at_i:
             # Through checkpointed layers, the W pass's autograd calls would each run their
             # forward again (a ViT block: once in I, six times in W; torchtitan issue 773): run
             # the stage's forward once more here, from its input, keeping what both parts need,
             # and split that graph's backward instead. (The layers here draw no random numbers in
             # forward; one with dropout would need the forward's random state replayed, as
             # torch.utils.checkpoint does.)
-            out = self.module(inp.float(), checkpointed=False)
-            if self.plan.is_last:
-                lo, hi = self._range(a.micro)
+            out = st.module(inp.float(), checkpointed=False)
+            if st.plan.is_last:
+                lo, hi = self._range(st, a.micro)
                 outputs = [summed_loss(out, self._y[lo:hi], self._batch, self.label_smoothing)]
             else:
                 outputs = [out]
-        _, self._weight_parts[a.micro] = _split_backward().stage_backward_input(outputs, grads, [inp], self._masters)
+        _, held.weight_parts[a.micro] = _split_backward().stage_backward_input(outputs, grads, [inp], st.masters)
         # as in _B: a received gradient handed on as the input's own is still to be sent
-        if grads is not None and (inp.grad is None or not _same_storage(inp.grad, grads[0])):
-            self._read_by_w.setdefault(a.micro, []).append(grads[0])
+        if pooled and grads is not None and (inp.grad is None or not _same_storage(inp.grad, grads[0])):
+            held.read_by_w.setdefault(a.micro, []).append(grads[0])
+        self._hand_back(st, held, a.micro)
 
     def _W(self, a: sch.Action) -> None:
         """The weight-gradient part: accumulates into the stage's gradient buckets. Under ``reduce``
-        (the step's last W) each parameter's gradient is final once its part is done: its bucket's
-        replica all-reduce starts then, while the pass goes on with the other parameters."""
-        if self.plan.is_first:
-            return self._B(sch.Action(sch.BWD, a.micro, reduce=a.reduce))
-        if a.reduce and self.grad_sync is not None:
-            self.grad_sync.arm()
-        param_of = {_grad_accumulator(p): p for p in self._masters}
-        for part in self._weight_parts.pop(a.micro):
+        (the stage's last W of the step) each parameter's gradient is final once its part is done:
+        its bucket's replica all-reduce starts then, while the pass goes on with the other
+        parameters, and runs under the rank's remaining F, I and W work."""
+        st, held = self._on(a)
+        if st.plan.is_first:
+            return self._B(sch.Action(sch.BWD, a.micro, reduce=a.reduce, stage=a.stage))
+        sync = st.grad_sync if a.reduce else None
+        if sync is not None:
+            sync.arm()
+        param_of = {_grad_accumulator(p): p for p in st.masters}
+        for part in held.weight_parts.pop(a.micro):
             params = [param_of[acc] for acc in part["params"]]
-            _split_backward().stage_backward_weight(self._masters, [part])
-            if a.reduce and self.grad_sync is not None:
+            _split_backward().stage_backward_weight(st.masters, [part])
+            if sync is not None:
                 for p in params:
-                    self.grad_sync.ready(p)
-        if a.reduce and self.grad_sync is not None:
-            self.grad_sync.backward_done()
-        for buf in self._read_by_w.pop(a.micro, []):
+                    sync.ready(p)
+        if sync is not None:
+            sync.backward_done()
+            self._last_reduced = sync
+        for buf in held.read_by_w.pop(a.micro, []):
             self._release(buf)
 
     def _SEND_B(self, a: sch.Action) -> None:
-        inp = self._inputs.pop(a.micro)
-        self._send(inp.grad, a.micro, self._pieces(a.micro, towards_next=False), "src", tag=_tag(a.micro, grad=True, base=self._tag_base))
-        if a.micro in self._weight_parts:  # its W pass is still to come and reads the input
-            self._read_by_w.setdefault(a.micro, []).append(inp)
+        st, held = self._on(a)
+        inp = held.inputs.pop(a.micro)
+        self._send(st, inp.grad, a.micro, self._pieces(st, a.micro, towards_next=False), "src",
+                   tag=self._tag(a.micro, grad=True, boundary=st.plan.stage - 1))
+        if a.micro in held.weight_parts:  # its W pass is still to come and reads the input
+            held.read_by_w.setdefault(a.micro, []).append(inp)
         else:
             self._release(inp)  # the send holds the gradient it reads
 
     def _STEP(self, a: sch.Action) -> None:
-        if self.grad_sync is not None:
+        syncs = [st.grad_sync for st in self.stages if st.grad_sync is not None]
+        if syncs:
             t0 = self.timer.mark()
-            self.grad_sync.wait()
+            for sync in syncs:
+                sync.wait()
             self._spans.append((None, "comm_s", t0, self.timer.mark()))
             self._reduced = True
         t0 = self.timer.mark()
         if self.clip is not None:
-            clip_gradients(self.module.parameters(), self.clip.max_norm,
+            clip_gradients([p for st in self.stages for p in st.module.parameters()], self.clip.max_norm,
                            self.comm.all_reduce if self.clip.whole_model else None, self.clip.weight)
         self.optimizer.step()
-        self.grads.zero()
+        for st in self.stages:
+            st.grads.zero()
         self._spans.append((None, "compute_s", t0, self.timer.mark()))
 
     # every action kind this executor runs, and the method that runs it (DeepSpeed's engine keeps

@@ -142,6 +142,17 @@ def zb_h1(num_stages: int, micro_batches: int) -> list[list[Action]]:
     return out
 
 
+def reducing(schedules: list[list[Action]]) -> list[list[Action]]:
+    """``schedules`` with each stage's last backward of the step (its last ``B``, or its last ``W``
+    under a split backward) marked ``reduce``: the one that finalises the stage's gradients, under
+    which its replica all-reduce starts. The library's lists carry no such mark; ours have it."""
+    out = []
+    for acts in schedules:
+        last = {a.stage: i for i, a in enumerate(acts) if a.op in (BWD, BWD_W)}
+        out.append([Action(a.op, a.micro, True, a.stage) if i in last.values() else a for i, a in enumerate(acts)])
+    return out
+
+
 # PipeDream-style asynchronous 1F1B (AshPipe): one minibatch at a time, no flush.
 # Stage s admits ``S - 1 - s`` minibatches of warm-up, then alternates one
 # forward with one backward, and steps its optimizer after every backward. The

@@ -28,10 +28,12 @@ class PipelineLayout:
     # per-sample shape of each stage's input (index s) and of the last stage's output (index S)
     boundary_shapes: tuple[tuple[int, ...], ...]
     bucket_bytes: int  # gradient all-reduce bucket size
+    # rank position of each stage where a rank holds several (the schedule's placement); None: one each
+    place: tuple[int, ...] | None = None
 
     @property
     def topology(self) -> Topology:
-        return Topology(tuple(self.replicas))
+        return Topology(tuple(self.replicas), self.place)
 
     def ranges(self, num_layers: int) -> list[tuple[int, int]]:
         return stage_ranges(list(self.boundaries), num_layers)
@@ -46,15 +48,28 @@ class StageBuild:
     recompute: set[int]  # global indices of this stage's checkpointed layers
 
 
-def build_stage(layout: PipelineLayout, layers: list[nn.Module], ctx: DistContext, comm: Comm) -> StageBuild:
-    """This rank's stage of ``layout``. Collective: every rank of the job calls it."""
+def build_stages(layout: PipelineLayout, layers: list[nn.Module], ctx: DistContext, comm: Comm) -> list[StageBuild]:
+    """This rank's stages of ``layout`` (one, unless its schedule places several on a rank),
+    ascending. Collective: every rank of the job calls it."""
     topo = layout.topology
-    stage, replica = topo.stage_of(ctx.rank), topo.replica_of(ctx.rank)
-    lo, hi = layout.ranges(len(layers))[stage]
-    # every rank creates every stage's group, in the same order (a collective call)
-    groups = [new_group(topo.ranks_of(s), ctx.timeout) for s in range(topo.num_stages)]
-    group = groups[stage] if layout.replicas[stage] > 1 else None
-    recompute = {i for i in layout.recompute if lo <= i < hi}
-    module = StageModule([layers[i] for i in range(lo, hi)], {i - lo for i in recompute}).to(ctx.device)
-    plan = StagePlan(topo, ctx.rank, stage, replica, layout.micro_batches, list(layout.boundary_shapes))
-    return StageBuild(plan, module, (lo, hi), group, recompute)
+    position, replica = topo.position_of(ctx.rank), topo.replica_of(ctx.rank)
+    # every rank creates every position's replica group, in the same order (a collective call); the
+    # stages of one position share their ranks, so they share the group
+    groups = [new_group(topo.ranks_of(topo.stages_at(p)[0]), ctx.timeout) for p in range(topo.positions)]
+    group = groups[position] if len(topo.ranks_of(topo.stages_at(position)[0])) > 1 else None
+    builds = []
+    for stage in topo.stages_at(position):
+        lo, hi = layout.ranges(len(layers))[stage]
+        recompute = {i for i in layout.recompute if lo <= i < hi}
+        module = StageModule([layers[i] for i in range(lo, hi)], {i - lo for i in recompute}).to(ctx.device)
+        plan = StagePlan(topo, ctx.rank, stage, replica, layout.micro_batches, list(layout.boundary_shapes))
+        builds.append(StageBuild(plan, module, (lo, hi), group, recompute))
+    return builds
+
+
+def build_stage(layout: PipelineLayout, layers: list[nn.Module], ctx: DistContext, comm: Comm) -> StageBuild:
+    """This rank's stage of ``layout``, where each rank holds one. Collective."""
+    builds = build_stages(layout, layers, ctx, comm)
+    if len(builds) != 1:
+        raise ValueError(f"rank {ctx.rank} holds {len(builds)} stages; use build_stages")
+    return builds[0]

@@ -2,7 +2,9 @@
 
 Stage s has ``replicas[s]`` ranks, numbered contiguously: stage 0 takes ranks
 0..n_0-1, stage 1 the next n_1, and so on. Replicas may differ per stage
-(AshPipe) or be uniform (Hippie).
+(AshPipe) or be uniform (Hippie). Where a rank holds several stages (interleaved
+and V-shaped schedules), ``place[s]`` is the rank position of stage s: position p
+takes the p-th block of ranks, and every stage placed there runs on all of them.
 
 Every stage processes the whole global batch B. Micro-batch k is a contiguous
 slice of B; within it, replica r of a stage with n replicas owns the
@@ -32,25 +34,54 @@ class Transfer:
 
 @dataclass(frozen=True)
 class Topology:
-    replicas: tuple[int, ...]
+    replicas: tuple[int, ...]  # ranks per stage
+    place: tuple[int, ...] | None = None  # rank position of each stage (None: stage s at position s)
+
+    def __post_init__(self):
+        if self.place is not None:
+            if len(self.place) != len(self.replicas) or sorted(set(self.place)) != list(range(max(self.place) + 1)):
+                raise ValueError(f"placement {self.place} must put {len(self.replicas)} stages on positions 0, 1, ...")
+            if any(self.replicas[s] != self.replicas[self.stages_at(self.place[s])[0]] for s in range(len(self.place))):
+                raise ValueError(f"stages on one rank position need the same replicas: {self.replicas}, {self.place}")
 
     @property
     def num_stages(self) -> int:
         return len(self.replicas)
 
     @property
+    def positions(self) -> int:
+        """Rank positions along a pipeline (the stages, where each rank holds one)."""
+        return self.num_stages if self.place is None else max(self.place) + 1
+
+    def position_of_stage(self, stage: int) -> int:
+        return stage if self.place is None else self.place[stage]
+
+    def stages_at(self, position: int) -> list[int]:
+        """The stages a rank at ``position`` holds, ascending."""
+        return [position] if self.place is None else [s for s, p in enumerate(self.place) if p == position]
+
+    def _width(self, position: int) -> int:
+        return self.replicas[self.stages_at(position)[0]]
+
+    @property
     def world_size(self) -> int:
-        return sum(self.replicas)
+        return sum(self._width(p) for p in range(self.positions))
 
     def ranks_of(self, stage: int) -> list[int]:
-        first = sum(self.replicas[:stage])
-        return list(range(first, first + self.replicas[stage]))
+        position = self.position_of_stage(stage)
+        first = sum(self._width(p) for p in range(position))
+        return list(range(first, first + self._width(position)))
+
+    def position_of(self, rank: int) -> int:
+        """The rank position ``rank`` is at (its stage, where each rank holds one)."""
+        for p in range(self.positions):
+            if rank in self.ranks_of(self.stages_at(p)[0]):
+                return p
+        raise ValueError(f"rank {rank} is outside a world of {self.world_size}")
 
     def stage_of(self, rank: int) -> int:
-        for s in range(self.num_stages):
-            if rank in self.ranks_of(s):
-                return s
-        raise ValueError(f"rank {rank} is outside a world of {self.world_size}")
+        """The stage ``rank`` holds (its first, where it holds several)."""
+        return self.stages_at(self.position_of(rank))[0]
 
     def replica_of(self, rank: int) -> int:
         return rank - self.ranks_of(self.stage_of(rank))[0]

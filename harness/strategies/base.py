@@ -68,6 +68,15 @@ class PipelineKeys(StrategyConfig):
     recompute: Any = "none"
 
 
+@dataclass
+class MultiStageKeys(PipelineKeys):
+    """The keys of a pipeline strategy whose ranks may hold several stages (interleaved and V
+    schedules, in the placement the schedule registry gives them)."""
+
+    # stages each rank holds (v): 1 for the one-stage schedules; unset: the schedule's default (2)
+    stages_per_rank: Optional[int] = bounded(None, 1)
+
+
 PIPELINE_KEYS = frozenset(("stages", "boundaries", "schedule", "recompute"))
 
 
@@ -107,6 +116,8 @@ class Strategy(ABC):
         st = spec.strategy
         if isinstance(st, PipelineKeys) and st.stages is None:
             st.stages = min(2, spec.world_size)
+        if isinstance(st, MultiStageKeys) and st.stages_per_rank is None and st.schedule in schedules.SCHEDULES:
+            st.stages_per_rank = schedules.SCHEDULES[st.schedule].default_stages_per_rank
 
     @classmethod
     def default_micro_batches(cls, spec) -> int:

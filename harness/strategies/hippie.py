@@ -1,12 +1,15 @@
 """Hippie (Ye et al., ICPP 2021): a data-paralleled synchronous pipeline on our runtime.
 
-- Synchronous pipeline across stages, 1F1B with a flush each iteration
-  (``strategy.schedule=gpipe`` gives fill-drain for comparison).
+- Synchronous pipeline across stages, 1F1B with a flush each iteration, or any
+  synchronous schedule of the registry our executor runs (``strategy.schedule``:
+  fill-drain, ZB-H1's split backward, and with ``strategy.stages_per_rank`` stages on
+  each rank interleaved 1F1B, ZB1P, ZB-V, DualPipeV).
 - Data parallelism inside each stage: ``world_size / stages`` replicas per stage.
 - Hidden gradient communication: each stage's gradient all-reduce is bucketed
   and started asynchronously while the last backward of the iteration is still
-  running (:class:`harness.runtime.executor.GradSync`); the optimizer waits only
-  for it.
+  running (:class:`harness.runtime.executor.GradSync`; under a split backward, as
+  each bucket's last weight-gradient pass ends, and on a rank of several stages as
+  each stage's ends, under the others' work); the optimizer waits only for it.
 - Last-stage scheduling and selective recomputation: see
   :func:`harness.strategies.layout.resolve_recompute` (the last stage runs
   without recomputation under ``auto`` and layer lists).
@@ -22,45 +25,52 @@ import torch
 from harness.core.errors import ConfigError
 from harness.core.options import bounded
 from harness.metrics.meter import optimizer_state_tensors
+from harness.runtime import schedule as sch
 from harness.runtime import schedules
-from harness.strategies.base import PipelineKeys, Strategy, summed_eval
-from harness.strategies.layout import (check_layout, micro_batch_samples, refuse_unrunnable, simulated_pipeline,
-                                      uniform_replicas)
+from harness.strategies.base import MultiStageKeys, Strategy, summed_eval
+from harness.strategies.layout import (check_layout, check_stages_per_rank, micro_batch_samples, refuse_unrunnable,
+                                      simulated_pipeline, uniform_replicas)
 from harness.strategies.pipeline import build_pipeline
 
 
 @dataclass
-class HippieConfig(PipelineKeys):
+class HippieConfig(MultiStageKeys):
     recompute: Any = "auto"
     # gradient all-reduce bucket size (MiB) for the hidden communication
     bucket_mb: float = bounded(4.0, 0, above=True)
 
 
 class HippieStrategy(Strategy):
-    """A synchronous pipeline of this runtime: one stage per rank, its schedule, hidden all-reduce."""
+    """A synchronous pipeline of this runtime: its stages on each rank, its schedule, hidden all-reduce."""
 
     name = "hippie"
     Config = HippieConfig
 
     def __init__(self, spec, layers, ctx, comm):
         super().__init__(spec, layers, ctx, comm)
-        pipe = build_pipeline(spec, layers, ctx, comm, uniform_replicas(spec))
-        self.partition, self.build, self.plan = pipe.partition, pipe.build, pipe.plan
+        kind, v = schedules.get(spec.strategy.schedule), spec.strategy.stages_per_rank
+        positions = uniform_replicas(spec)  # replicas per rank position
+        P, m = len(positions), spec.train.micro_batches
+        pipe = build_pipeline(spec, layers, ctx, comm, positions * v,
+                              place=kind.placement_of(P, v))
+        self.partition, self.builds = pipe.partition, pipe.builds
         self.params, self.optimizer, self.executor = pipe.params, pipe.optimizer, pipe.executor
-        S, m = self.plan.topo.num_stages, pipe.layout.micro_batches
-        kind = schedules.get(spec.strategy.schedule)
-        self.train_actions = kind.lists(S, 1, m)[self.plan.stage]
-        self.eval_actions = kind.forward_only(S, 1, m)[self.plan.stage]
+        self.topo = self.builds[0].plan.topo
+        self.position = self.topo.position_of(ctx.rank)
+        self.train_actions = sch.reducing(kind.lists(P, v, m))[self.position]
+        self.eval_actions = kind.forward_only(P, v, m)[self.position]
 
     @classmethod
     def check(cls, spec) -> None:
-        name, replicas = spec.strategy.schedule, uniform_replicas(spec)
+        st, replicas = spec.strategy, uniform_replicas(spec)
         ours = schedules.names(ours=True)
-        if name not in ours:
-            raise ConfigError(f"strategy.schedule={name} is not one of {', '.join(ours)} (the synchronous schedules "
-                              "of our runtime)")
-        check_layout(spec, replicas)
-        refuse_unrunnable(schedules.get(name), len(replicas), 1, spec.train.micro_batches)
+        if st.schedule not in ours:
+            raise ConfigError(f"strategy.schedule={st.schedule} is not one of {', '.join(ours)} (the synchronous "
+                              "schedules of our runtime)")
+        kind = schedules.get(st.schedule)
+        check_stages_per_rank(spec, kind, ours)
+        check_layout(spec, replicas, stages_per_rank=st.stages_per_rank)
+        refuse_unrunnable(kind, len(replicas), st.stages_per_rank, spec.train.micro_batches)
 
     @classmethod
     def samples_per_forward(cls, spec) -> int:
@@ -70,15 +80,21 @@ class HippieStrategy(Strategy):
     def variant(cls, spec) -> str:
         st = spec.strategy
         parts = [f"recompute={st.recompute}"] if st.recompute not in ("none", None) else []
-        return ", ".join(parts + ([st.schedule] if st.schedule != "1f1b" else []))
+        return ", ".join(parts + ([st.schedule] if st.schedule != "1f1b" else [])
+                         + ([f"v={st.stages_per_rank}"] if st.stages_per_rank > 1 else []))
 
     @classmethod
     def simulated(cls, spec, profile, cluster):
         return simulated_pipeline(spec, profile, uniform_replicas(spec), spec.strategy.schedule,
-                                  hides_allreduce=True, recompute_rule=spec.strategy.recompute)
+                                  hides_allreduce=True, recompute_rule=spec.strategy.recompute,
+                                  stages_per_rank=spec.strategy.stages_per_rank)
+
+    def _modules(self, mode: str) -> None:
+        for build in self.builds:
+            getattr(build.module, mode)()
 
     def train_step(self, x, y):
-        self.build.module.train()
+        self._modules("train")
         run = self.executor.run(self.train_actions, x, y, training=True)
         self.step_stats.append({"compute_s": run.compute_s, "comm_s": run.comm_s, "idle_s": run.idle_s,
                                 "events": run.events, "allreduce": run.allreduce})
@@ -86,7 +102,7 @@ class HippieStrategy(Strategy):
 
     @torch.no_grad()
     def evaluate(self, x, y):
-        self.build.module.eval()
+        self._modules("eval")
         run = self.executor.run(self.eval_actions, x, y, training=False)
         return summed_eval(self.comm, (run.correct, run.count, run.loss_sum))
 
@@ -94,12 +110,17 @@ class HippieStrategy(Strategy):
         return {"parameters": self.params, "optimizer_state": optimizer_state_tensors(self.optimizer)}
 
     def layout(self):
-        return {"stage": self.plan.stage, "replica": self.plan.replica, "layers": list(self.build.layer_range),
-                "boundaries": self.partition.boundaries, "recompute": sorted(self.build.recompute),
-                "replicas": list(self.plan.topo.replicas)}
+        # "stage" is the rank's position along the pipeline, as for torch pipelining's runs
+        ranges = [list(b.layer_range) for b in self.builds]
+        several = {"stages": [b.plan.stage for b in self.builds]} if len(self.builds) > 1 else {}
+        return {"stage": self.position, **several, "replica": self.builds[0].plan.replica,
+                "layers": ranges if several else ranges[0], "boundaries": self.partition.boundaries,
+                "recompute": sorted(i for b in self.builds for i in b.recompute),
+                "replicas": [len(self.topo.ranks_of(self.topo.stages_at(p)[0])) for p in range(self.topo.positions)]}
 
     def recomputed_layers(self):
-        return {i: 1 / self.plan.topo.replicas[self.plan.stage] for i in self.build.recompute}
+        share = 1 / len(self.topo.ranks_of(self.builds[0].plan.stage))
+        return {i: share for b in self.builds for i in b.recompute}
 
     def owned_layers(self):
-        return range(*self.build.layer_range)
+        return [i for b in self.builds for i in range(*b.layer_range)]

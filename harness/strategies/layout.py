@@ -26,7 +26,7 @@ from harness.planning.planner import Profile
 from harness.planning.simulator import SimLayout
 from harness.runtime.executor import StageExecutor
 from harness.runtime.partition import balanced_boundaries, measure_layer_costs, stage_ranges
-from harness.runtime.schedules import Schedule, ScheduleError
+from harness.runtime.schedules import SCHEDULES, Schedule, ScheduleError
 from harness.runtime.stage import PipelineLayout
 from harness.core.training import with_precision
 
@@ -95,6 +95,16 @@ def check_layout(spec, replicas: list[int], stages_per_rank: int = 1) -> None:
             f"raise train.global_batch to at least {t.micro_batches * max(replicas)} or lower train.micro_batches"
         )
     resolve_recompute(getattr(st, "recompute", "none"), n_layers, (0, n_layers), last_stage=False)
+
+
+def check_stages_per_rank(spec, kind: Schedule, offered: list[str]) -> None:
+    """Refuse several stages per rank under a schedule that places one (``offered``: the
+    schedules the strategy runs, of which those that place several are named)."""
+    v = spec.strategy.stages_per_rank
+    if kind.placement == "one" and v != 1:
+        several = [s for s in offered if SCHEDULES[s].placement != "one"]
+        raise ConfigError(f"strategy.schedule={kind.name} runs one stage per rank; set strategy.stages_per_rank=1 "
+                          f"or use a schedule with several: {', '.join(several)}")
 
 
 def refuse_unrunnable(kind: Schedule, ranks: int, stages_per_rank: int, micro_batches: int) -> None:
@@ -231,10 +241,11 @@ def boundary_shapes(spec, ranges: list[tuple[int, int]]) -> tuple[tuple[int, ...
 
 def pipeline_layout(spec, layers: list[nn.Module], ctx: DistContext, comm: Comm, replicas: list[int],
                     partition: Partition | None = None, recompute: set[int] | None = None,
-                    bucket_mb: float = 4.0) -> tuple[PipelineLayout, Partition]:
-    """The runtime's layout for this spec, and its partition. ``partition`` and ``recompute``
-    (global layer indices) override the spec's rules when a planner has chosen them. Collective
-    when the boundaries are measured."""
+                    bucket_mb: float = 4.0, place: list[int] | None = None) -> tuple[PipelineLayout, Partition]:
+    """The runtime's layout for this spec, and its partition. ``replicas`` are per stage, and
+    ``place`` the rank position of each where a rank holds several. ``partition`` and
+    ``recompute`` (global layer indices) override the spec's rules when a planner has chosen
+    them. Collective when the boundaries are measured."""
     if partition is None:
         partition = resolve_boundaries(spec, layers, ctx, comm, replicas)
     boundaries = partition.boundaries
@@ -244,7 +255,8 @@ def pipeline_layout(spec, layers: list[nn.Module], ctx: DistContext, comm: Comm,
         recompute = recompute_of_stages(getattr(spec.strategy, "recompute", "none"), n, ranges)
     layout = PipelineLayout(replicas=tuple(replicas), boundaries=tuple(boundaries),
                             micro_batches=spec.train.micro_batches, recompute=frozenset(recompute),
-                            boundary_shapes=boundary_shapes(spec, ranges), bucket_bytes=int(bucket_mb * 2**20))
+                            boundary_shapes=boundary_shapes(spec, ranges), bucket_bytes=int(bucket_mb * 2**20),
+                            place=tuple(place) if place is not None else None)
     return layout, partition
 
 

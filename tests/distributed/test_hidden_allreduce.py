@@ -1,7 +1,8 @@
 """Hippie's gradient all-reduce runs under the last backward, measured from its own launches.
 
 With several buckets per stage, every bucket but possibly the last must start before the
-last backward of the iteration ends (under a split backward: the last weight-gradient pass);
+last backward of the iteration ends (under a split backward: the last weight-gradient pass;
+on a rank of several stages, each stage's own last one, under the other stage's work);
 the test fails if reduction waits for the optimizer step.
 """
 
@@ -30,10 +31,11 @@ def record_overlap(ctx, spec, out_dir):
         json.dump([s["allreduce"] for s in strategy.step_stats], f)
 
 
-@pytest.mark.parametrize("schedule", ["1f1b", "zb_h1"])
-def test_hippie_starts_bucket_all_reduces_before_its_last_backward_ends(tmp_path, schedule):
+@pytest.mark.parametrize("schedule,micro_batches", [("1f1b", 2), ("zb_h1", 2), ("interleaved_1f1b", 4),
+                                                   ("zero_bubble", 4), ("zbv", 4)])
+def test_hippie_starts_bucket_all_reduces_before_its_last_backward_ends(tmp_path, schedule, micro_batches):
     spec = make_spec("strategy=hippie", "world_size=4", "strategy.stages=2", "train.global_batch=16",
-                     "train.micro_batches=2", "strategy.bucket_mb=0.02", "strategy.recompute=none",
+                     f"train.micro_batches={micro_batches}", "strategy.bucket_mb=0.02", "strategy.recompute=none",
                      f"strategy.schedule={schedule}",
                      "data.train_size=64", "data.test_size=32")
     spawn(4, record_overlap, spec, str(tmp_path))

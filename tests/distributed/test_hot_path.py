@@ -9,6 +9,8 @@ if gradients are freed and reallocated per step, or if a buffer is allocated per
 import json
 import os
 
+import pytest
+
 from harness.core.comm import Comm
 from harness.core.data import BatchOrder, load
 from harness.core.models import build_layers
@@ -32,7 +34,7 @@ def record_buffers(ctx, spec, out_dir):
         stashed = executor.stashed_tensors()
         held += received + stashed
         steps.append({"grads": _storages(p.grad for p in strategy.params),
-                      "buckets": _storages(executor.grads.flats),
+                      "buckets": _storages(f for st in executor.stages for f in st.grads.flats),
                       "received": _storages(received), "stashed": sorted(id(t) for t in stashed)})
     strategy.finish_training()  # settles the sends still in flight (see test_hidden_allreduce)
     with open(os.path.join(out_dir, f"rank{ctx.rank}.json"), "w") as f:
@@ -50,9 +52,12 @@ def _check(tmp_path, world_size: int) -> list[list[dict]]:
     return ranks
 
 
-def test_hippie_keeps_its_gradient_and_receive_buffers_across_steps(tmp_path):
+@pytest.mark.parametrize("schedule,micro_batches", [("1f1b", 2), ("zbv", 4)])
+def test_hippie_keeps_its_gradient_and_receive_buffers_across_steps(tmp_path, schedule, micro_batches):
+    # zbv: two stages per rank, each with its own buckets, and the turn of the V handed over in place
     spec = make_spec("strategy=hippie", "world_size=4", "strategy.stages=2", "train.global_batch=16",
-                     "train.micro_batches=2", "strategy.bucket_mb=0.02", "strategy.recompute=none",
+                     f"strategy.schedule={schedule}", f"train.micro_batches={micro_batches}",
+                     "strategy.bucket_mb=0.02", "strategy.recompute=none",
                      "data.train_size=128", "data.test_size=32")
     spawn(4, record_buffers, spec, str(tmp_path))
     ranks = _check(tmp_path, 4)

@@ -37,6 +37,10 @@ GROUPS = {
                   # our split backward: W passes deferred into 1F1B's bubble
                   "hippie_zb_h1": ["strategy=hippie", "strategy.schedule=zb_h1", "train.global_batch=13",
                                    "train.micro_batches=4", "strategy.recompute=auto"]}),
+    # our runtime with two stages per rank, loop and V placement
+    "hippie_multi": (2, 2, {s: ["strategy=hippie", f"strategy.schedule={s}", "train.global_batch=13",
+                                "train.micro_batches=4", "strategy.recompute=auto"]
+                            for s in ("interleaved_1f1b", "zero_bubble", "zbv", "dualpipev")}),
     "deepspeed": (2, 2, {"deepspeed": ["strategy=deepspeed", "train.global_batch=16", "train.micro_batches=2"]}),
     # torch pipelining's multi-stage schedules: two stages per rank, loop and V placement
     "pipelining_multi": (2, 2, {s: ["strategy=pipelining", f"strategy.schedule={s}", "train.global_batch=16",
@@ -45,7 +49,9 @@ GROUPS = {
     "w4": (4, 4, {"hippie_2x2": ["strategy=hippie", "strategy.stages=2", "train.global_batch=13",
                                  "train.micro_batches=2", "strategy.bucket_mb=0.01"],
                   "hippie_2x2_zb_h1": ["strategy=hippie", "strategy.stages=2", "strategy.schedule=zb_h1",
-                                       "train.global_batch=13", "train.micro_batches=3", "strategy.bucket_mb=0.01"]}),
+                                       "train.global_batch=13", "train.micro_batches=3", "strategy.bucket_mb=0.01"],
+                  "hippie_2x2_zbv": ["strategy=hippie", "strategy.stages=2", "strategy.schedule=zbv",
+                                     "train.global_batch=13", "train.micro_batches=4", "strategy.bucket_mb=0.01"]}),
     "gpipe": (2, 1, {"gpipe": ["strategy=gpipe", "train.global_batch=13", "train.micro_batches=3"]}),
 }
 # the recipe ViTs are trained with on CIFAR: Nesterov momentum, a warm-up then a cosine learning rate,
@@ -58,11 +64,16 @@ RECIPE_GROUPS = {
                   "hippie_zb_h1": ["strategy=hippie", "strategy.schedule=zb_h1", "train.global_batch=13",
                                    "train.micro_batches=3"],
                   "pipelining_zbv": ["strategy=pipelining", "strategy.schedule=zbv", "train.global_batch=16",
-                                     "train.micro_batches=4"]}),
+                                     "train.micro_batches=4"],
+                  "hippie_zbv": ["strategy=hippie", "strategy.schedule=zbv", "train.global_batch=13",
+                                 "train.micro_batches=4"]}),
     "w4": (4, 4, {"hippie_2x2": ["strategy=hippie", "strategy.stages=2", "train.global_batch=13",
                                  "train.micro_batches=2"],
                   "pipelining_2x2": ["strategy=pipelining", "strategy.stages=2", "train.global_batch=16",
-                                     "train.micro_batches=2"]}),
+                                     "train.micro_batches=2"],
+                  "hippie_2x2_interleaved": ["strategy=hippie", "strategy.stages=2",
+                                             "strategy.schedule=interleaved_1f1b", "train.global_batch=13",
+                                             "train.micro_batches=4"]}),
     "deepspeed": (2, 2, {"deepspeed": ["strategy=deepspeed", "train.global_batch=16", "train.micro_batches=2"]}),
     "gpipe": (2, 1, {"gpipe": ["strategy=gpipe", "train.global_batch=13", "train.micro_batches=3"]}),
 }

@@ -239,10 +239,25 @@ def test_each_pipelining_schedule_refuses_what_it_cannot_run_in_one_line(overrid
     assert "\n" not in str(e.value)
 
 
-def test_a_multi_stage_schedule_takes_two_stages_per_rank_unless_told():
-    spec = make_spec("strategy=pipelining", "world_size=2", "strategy.schedule=zbv", "train.micro_batches=4")
+@pytest.mark.parametrize("overrides,refusal", [
+    (["strategy.schedule=dualpipev", "train.micro_batches=2"], "at least as many microbatches as stages"),
+    (["strategy.schedule=zbv", "strategy.stages_per_rank=3"], "exactly 2 stages per rank"),
+    (["strategy.schedule=zb_h1", "strategy.stages_per_rank=2"], "runs one stage per rank; set strategy.stages_per_rank=1 "
+     "or use a schedule with several: interleaved_1f1b, looped_bfs, zero_bubble, zbv, dualpipev"),
+    (["strategy.schedule=interleaved_1f1b", "strategy.stages_per_rank=4"], "= 8 stages exceeds the 6 layers"),
+    (["strategy.schedule=async_1f1b"], "is not one of gpipe, 1f1b, zb_h1, interleaved_1f1b"),
+])
+def test_each_schedule_of_our_runtime_refuses_what_it_cannot_run_in_one_line(overrides, refusal):
+    with pytest.raises(ConfigError, match=refusal) as e:
+        make_spec("strategy=hippie", "world_size=2", "train.micro_batches=4", *overrides)
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("strategy", ["pipelining", "hippie"])
+def test_a_multi_stage_schedule_takes_two_stages_per_rank_unless_told(strategy):
+    spec = make_spec(f"strategy={strategy}", "world_size=2", "strategy.schedule=zbv", "train.micro_batches=4")
     assert spec.strategy.stages_per_rank == 2
-    assert make_spec("strategy=pipelining", "world_size=2", "train.micro_batches=2").strategy.stages_per_rank == 1
+    assert make_spec(f"strategy={strategy}", "world_size=2", "train.micro_batches=2").strategy.stages_per_rank == 1
 
 
 def test_an_option_in_a_groups_sub_folder_is_known_and_a_missing_one_is_refused_naming_it():

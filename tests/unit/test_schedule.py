@@ -203,7 +203,8 @@ def test_every_schedule_the_registry_gives_our_runtime_has_only_actions_its_exec
     from harness.runtime.executor import StageExecutor
 
     for name in schedules.names(ours=True, asynchronous=None):
-        assert StageExecutor.unsupported(schedules.get(name).lists(3, 1, 4)) == [], name
+        kind = schedules.get(name)
+        assert StageExecutor.unsupported(kind.lists(3, kind.default_stages_per_rank, 6)) == [], name
     assert StageExecutor.unsupported([[sch.Action(sch.FWD, 0), sch.Action("X", 0), sch.Action(sch.STEP)]]) == ["X"]
 
 
@@ -241,3 +242,30 @@ def test_a_micro_batch_holds_what_its_stage_keeps_after_i_until_its_w():
     assert timeline.peak_live(1, lambda s: 1.0) == 2
     assert timeline.peak_live(1, lambda s: 1.0, lambda s: 3.0) == 6
     assert timeline.peak_live(1, lambda s: 1.0, lambda s: 1.0) == 2
+
+
+def test_a_placed_topology_puts_each_stage_on_its_positions_ranks():
+    # two rank positions of two replicas each, four stages in V placement: rank r's stages are
+    # r's position's, and the turn of the V (stages 1 and 2) stays on the same ranks
+    topo = Topology((2, 2, 2, 2), schedules.get("zbv").place(2, 2))
+    assert topo.world_size == 4 and topo.positions == 2
+    assert [topo.ranks_of(s) for s in range(4)] == [[0, 1], [2, 3], [2, 3], [0, 1]]
+    assert [topo.stages_at(topo.position_of(r)) for r in range(4)] == [[0, 3], [0, 3], [1, 2], [1, 2]]
+    assert [topo.replica_of(r) for r in range(4)] == [0, 1, 0, 1]
+    assert all(t.src == t.dst for t in transfers(topo, 12, 3, 0, stage=1))
+    loop = Topology((1,) * 6, schedules.get("interleaved_1f1b").place(2, 3))
+    assert [loop.ranks_of(s)[0] for s in range(6)] == [0, 1, 0, 1, 0, 1]
+    with pytest.raises(ValueError, match="same replicas"):
+        Topology((2, 1, 2, 2), schedules.get("zbv").place(2, 2))
+
+
+@pytest.mark.parametrize("name", ["interleaved_1f1b", "zero_bubble", "zbv", "dualpipev"])
+def test_each_stage_reduces_under_its_own_last_weight_gradient_action(name):
+    kind = schedules.get(name)
+    for acts in sch.reducing(kind.lists(2, 2, 4)):
+        marked = [a for a in acts if a.reduce]
+        assert len(marked) == 2 and {a.stage for a in marked} == {a.stage for a in acts if a.stage is not None}
+        for a in marked:  # nothing of its stage's gradients comes after it
+            after = acts[acts.index(a) + 1:]
+            assert not [b for b in after if b.stage == a.stage and b.op in (sch.BWD, sch.BWD_W)]
+    assert sch.reducing(sch.one_f_one_b(2, 3)) == sch.one_f_one_b(2, 3)  # ours are marked already
