@@ -17,6 +17,9 @@ micro-batches and no recomputation but where named:
   torch pipelining's schedules of two stages per rank (ZB1P, interleaved 1F1B, ZB-V, DualPipeV)
   on the same layers cut into four stages (the 2-stage cut kept as the middle one), so that
   each rank holds the same blocks as on two stages;
+- ``hippie_zb1p``, ``hippie_interleaved``, ``hippie_zbv``, ``hippie_dualpipev``: the same four
+  schedules in our runtime (the library's own action lists), on the same four stages, each also
+  with every layer recomputed (``*_recompute``);
 - ``ashpipe``: AshPipe as a real two-stage asynchronous pipeline, replicas [1, 1].
 
 It prints, per model, each configuration's median samples/s and its spread
@@ -24,13 +27,14 @@ It prints, per model, each configuration's median samples/s and its spread
 first training step of the 2-worker runs) and the ratios: Hippie's 1F1B and its best schedule
 over the best peer 1F1B, Hippie ZB-H1 over Hippie 1F1B and over torch's ZB1P, Hippie's best
 schedule over torch pipelining's best and over torch's best at no more peak memory per rank,
+each of our runtime's schedules of two stages per rank over torch's run of the same schedule,
 Hippie / bubble bound (2 T1 m / (m + p - 1)), AshPipe / DP, AshPipe / no-bubble bound (2 T1).
 Where the bounds are missed, it says why from the runs' profiled steps (measured one way for
 every strategy): the compute a sample costs in each configuration against one worker alone,
 the share of its schedule each spends computing at that cost, and each schedule's measured,
 analytic and replayed bubble. ``--out`` gets ``bench.md``, ``bench.json`` and the runs' records.
 
-Example (16 minutes for its 78 runs on 2 cores, 2026-12-06):
+Example (about 26 minutes for its 126 runs on 2 cores, 2026-12-07):
   pipebench bench --repeats 3 --out results/bench
 """
 
@@ -51,7 +55,10 @@ MICRO_BATCHES, STAGES = 4, 2
 # torch pipelining's schedules of two stages per rank, by the benchmark's name for them
 TORCH_MULTI_STAGE = {"pipelining_zb1p": "zero_bubble", "pipelining_interleaved": "interleaved_1f1b",
                      "pipelining_zbv": "zbv", "pipelining_dualpipev": "dualpipev"}
-HIPPIE = ("hippie", "hippie_zb_h1", "hippie_recompute", "hippie_zb_h1_recompute")  # our synchronous schedules
+# the same schedules in our runtime, by the benchmark's name for them
+HIPPIE_MULTI_STAGE = {name.replace("pipelining", "hippie"): schedule for name, schedule in TORCH_MULTI_STAGE.items()}
+HIPPIE = ("hippie", "hippie_zb_h1", "hippie_recompute", "hippie_zb_h1_recompute",  # our synchronous schedules
+          *HIPPIE_MULTI_STAGE, *(f"{name}_recompute" for name in HIPPIE_MULTI_STAGE))
 PEERS_1F1B = ("pipelining", "deepspeed")
 TORCH = ("pipelining", *TORCH_MULTI_STAGE)
 BUBBLES = ("bubble_measured", "bubble_analytic", "bubble_replayed")  # from each run's record
@@ -60,6 +67,7 @@ BUBBLES = ("bubble_measured", "bubble_analytic", "bubble_replayed")  # from each
 def configurations(model: str) -> dict[str, list[str]]:
     m = MODELS[model]
     pipeline = ["world_size=2", f"train.micro_batches={MICRO_BATCHES}", f"strategy.boundaries={m['boundaries']}"]
+    four_stages = ["world_size=2", f"train.micro_batches={MICRO_BATCHES}", f"strategy.boundaries={m['four_stages']}"]
     return {
         "dp_w1": ["strategy=dp", "world_size=1"],
         "dp_w2": ["strategy=dp", "world_size=2"],
@@ -70,9 +78,11 @@ def configurations(model: str) -> dict[str, list[str]]:
         "hippie_zb_h1_recompute": ["strategy=hippie", *pipeline, "strategy.recompute=all", "strategy.schedule=zb_h1"],
         "pipelining": ["strategy=pipelining", *pipeline],
         "deepspeed": ["strategy=deepspeed", *pipeline],
-        **{name: ["strategy=pipelining", "world_size=2", f"train.micro_batches={MICRO_BATCHES}",
-                  f"strategy.boundaries={m['four_stages']}", f"strategy.schedule={schedule}"]
+        **{name: ["strategy=pipelining", *four_stages, f"strategy.schedule={schedule}"]
            for name, schedule in TORCH_MULTI_STAGE.items()},
+        **{f"{name}{suffix}": ["strategy=hippie", *four_stages, f"strategy.schedule={schedule}",
+                               f"strategy.recompute={rule}"]
+           for name, schedule in HIPPIE_MULTI_STAGE.items() for suffix, rule in (("", "none"), ("_recompute", "all"))},
         "ashpipe": ["strategy=ashpipe", "world_size=2", "strategy.replicas=[1,1]",
                     f"strategy.boundaries={m['boundaries']}"],
     }
@@ -140,6 +150,8 @@ def summarise(runs: dict[str, dict[str, list[dict]]]) -> dict:
                        "hippie_zb_h1 / hippie": ratio(med["hippie_zb_h1"], med["hippie"]),
                        "hippie_zb_h1 / best peer 1F1B": ratio(med["hippie_zb_h1"], max(peers) if peers else None),
                        "hippie_zb_h1 / pipelining_zb1p": ratio(med["hippie_zb_h1"], med.get("pipelining_zb1p")),
+                       **{f"{name} / {torch}": ratio(med.get(name), med.get(torch))
+                          for name, torch in zip(HIPPIE_MULTI_STAGE, TORCH_MULTI_STAGE)},
                        "best hippie schedule / best torch schedule": ratio(med.get(best_hippie), med.get(best_torch)),
                        "best hippie schedule / best torch schedule at no more memory per rank":
                            ratio(med.get(best_hippie), med.get(best_torch_within)),
