@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 import time
 
@@ -89,6 +90,9 @@ def configurations(model: str) -> dict[str, list[str]]:
 
 
 def run_one(model: str, overrides: list[str], steps: int, folder: str) -> Outcome:
+    # a fresh run: an earlier benchmark's files in its folder would be read with it (a run appends
+    # to its steps log, as a resumed one must)
+    shutil.rmtree(folder, ignore_errors=True)
     return run_command([f"model={model}", f"train.global_batch={MODELS[model]['batch']}", *overrides,
                         f"train.steps={steps}", "train.warmup_steps=3", "launch.threads_per_worker=1",
                         "train.eval_samples=64", "data.train_size=2048", "data.test_size=64", "logger.mode=disabled"],

@@ -462,20 +462,32 @@ def timeline_rows(record: dict, key: str) -> list[tuple[str, list]]:
 
 def timeline(record: dict, out_dir: str, name: str | None = None, key: str = "events") -> list[str]:
     """Gantt chart of one step of every rank (see :func:`timeline_rows`)."""
-    rows = timeline_rows(record, key)
+    rows = _from_origin(timeline_rows(record, key))
     if not rows:
         return []
-    # event times are CLOCK_MONOTONIC seconds (profiled spans: epoch seconds), shared by the
-    # ranks of one machine
+    what = "our runtime's actions, last timed step" if key == "events" else "profiled step, blank: idle"
+    prefix = "timeline" if key == "events" else "timeline_profiled"
+    return _gantt(rows, f"{config_label(record)}: {what}", out_dir, name or f"{prefix}_{run_name(record)}")
+
+
+def _from_origin(rows: list[tuple[str, list]]) -> list[tuple[str, list]]:
+    """``rows`` with times in seconds from the first span's start: event times are CLOCK_MONOTONIC
+    seconds (profiled spans: epoch seconds), shared by the ranks of one machine."""
+    if not rows:
+        return []
     origin = min(start for _, spans in rows for _, start, _ in spans)
-    makespan = max(end for _, spans in rows for _, _, end in spans) - origin
+    return [(label, [(kind, start - origin, end - origin) for kind, start, end in spans]) for label, spans in rows]
+
+
+def _gantt(rows: list[tuple[str, list]], title: str, out_dir: str, name: str) -> list[str]:
+    """One bar per span, one row per (label, spans), times in seconds from the step's start."""
+    makespan = max(end for _, spans in rows for _, _, end in spans)
     with paper_style():
         fig, ax = plt.subplots(figsize=(PAGE_IN, 0.3 * len(rows) + 0.9))
         points_per_s = PAGE_IN * 0.8 * 72 / max(makespan, 1e-9)  # the axis is about 80% of the width
         kinds = []
         for row, (_, spans) in enumerate(rows):
             for label, start, end in spans:
-                start, end = start - origin, end - origin
                 kind = _kind(label)
                 kinds.append(kind)
                 ax.barh(row, max(end - start, 1e-5) * 1e3, left=start * 1e3, color=_KINDS[kind][0], edgecolor="white",
@@ -487,13 +499,35 @@ def timeline(record: dict, out_dir: str, name: str | None = None, key: str = "ev
         ax.set_yticks(range(len(rows)), [label for label, _ in rows])
         ax.invert_yaxis()
         ax.set_xlabel("time in the step (ms)")
-        what = "our runtime's actions, last timed step" if key == "events" else "profiled step, blank: idle"
-        ax.set_title(f"{config_label(record)}: {what}", loc="left")
+        ax.set_title(title, loc="left")
         shown = [k for k in _KINDS if k in kinds]
         handles = [plt.Rectangle((0, 0), 1, 1, color=_KINDS[k][0]) for k in shown]
         _legend_below(fig, ax, handles, [_KINDS[k][1] for k in shown], ncol=min(4, len(shown)))
-        prefix = "timeline" if key == "events" else "timeline_profiled"
-        return save(fig, out_dir, name or f"{prefix}_{run_name(record)}")
+        return save(fig, out_dir, name)
+
+
+def schedule_timelines(records: list[dict], out_dir: str) -> list[str]:
+    """For each schedule that several runtimes ran in the sweep (same model, workers, stages per
+    rank and recomputation), their profiled steps one above the other on one time axis, each run
+    from its own step's start: where one runtime idles and the other computes."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in records:
+        st = (r.get("config") or {}).get("strategy") or {}
+        if r.get("status") == "ok" and st.get("schedule") and timeline_rows(r, "profiled_spans"):
+            key = (r.get("model"), r.get("world_size"), st["schedule"], st.get("stages_per_rank") or 1,
+                   str(st.get("recompute")))
+            groups.setdefault(key, []).append(r)
+    paths = []
+    for (model, world, schedule, v, recompute), runs in groups.items():
+        if len({r["strategy"] for r in runs}) < 2:
+            continue
+        runs = sorted(runs, key=lambda r: (r["strategy"] != "hippie", r["strategy"]))
+        rows = [(f"{r['strategy']}: {label}", spans) for r in runs
+                for label, spans in _from_origin(timeline_rows(r, "profiled_spans"))]
+        suffix = "" if recompute in ("none", "None") else f"_recompute-{recompute}"
+        paths += _gantt(rows, f"{schedule} (v={v}), {model}, {world} workers: profiled step of each runtime, "
+                              "blank: idle", out_dir, f"timeline_schedule_{schedule}_v{v}_w{world}{suffix}")
+    return paths
 
 
 def timelines(records: list[dict], out_dir: str) -> list[str]:
@@ -530,6 +564,8 @@ FIGURES: list[Figure] = [
     Figure("schedules", "samples/s against peak memory per rank, one point per pipeline configuration, with the "
            "Pareto front", schedules),
     Figure("timelines", "each run's per-rank timeline of one step (actions, and profiled compute)", timelines),
+    Figure("schedule_timelines", "each schedule that several runtimes ran, their profiled steps one above the "
+           "other", schedule_timelines),
     Figure("traces", "each run's step as a Chrome trace (JSON) for Perfetto: ranks, their idle time, and the "
            "simulator's replay", traces),
 ]

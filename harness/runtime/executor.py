@@ -1,4 +1,5 @@
-"""Runs one stage's action list on one rank.
+"""Runs one rank's action list: each action on its stage (a rank holds one, or several in an
+interleaved or V-shaped schedule).
 
 Each action kind maps to one method through one explicit table
 (:attr:`StageExecutor.ACTIONS`); a schedule with an action kind the table lacks is
@@ -321,19 +322,6 @@ class StageExecutor:
         self._reduced = False  # a STEP reduced gradients in this call
         self._reset_state()
 
-    @property
-    def plan(self) -> StagePlan:
-        """The plan of this rank's stage, where it holds one."""
-        return self._only().plan
-
-    @property
-    def module(self) -> StageModule:
-        return self._only().module
-
-    def _only(self) -> LocalStage:
-        if len(self.stages) != 1:
-            raise ValueError(f"rank {self.stages[0].plan.rank} holds stages {list(self._by_stage)}")
-        return self.stages[0]
 
     def _on(self, a: sch.Action) -> tuple[LocalStage, InFlight]:
         """The stage ``a`` acts on and its micro-batches in flight."""
@@ -515,7 +503,7 @@ class StageExecutor:
         """A copy of the master weights for one minibatch in flight: a kept one when there is one
         (one copy kernel for all of them), otherwise new leaves whose gradients are the masters'
         buffers, so a backward on the copy accumulates straight into the stage's buckets."""
-        st = self._only()
+        st = self.stages[0]  # (weight stashing runs one stage per rank)
         if self._free_versions:
             version = self._free_versions.pop()
             with torch.no_grad():

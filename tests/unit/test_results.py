@@ -164,6 +164,25 @@ def test_figures_are_drawn_from_records(tmp_path):
     assert all(os.path.getsize(p) > 1000 for p in paths)
 
 
+def test_a_schedule_two_runtimes_ran_is_drawn_once_with_both_runs_on_one_axis(tmp_path):
+    from harness.report.figures import schedule_timelines
+
+    def run(strategy, start, schedule="zbv", recompute="none"):
+        return {**_rec(strategy, 2, 100.0, 100), "model": "vit_micro",
+                "config": {"strategy": {"name": strategy, "schedule": schedule, "stages_per_rank": 2,
+                                        "recompute": recompute}},
+                "per_rank": [{"rank": r, "layout": {"stage": r, "stages": [r, 3 - r]},
+                              "profiled_spans": [["F", start + r, start + r + 0.01], ["W", start + 0.02, start + 0.05]]}
+                             for r in (0, 1)]}
+
+    runs = [run("hippie", 10.0), run("pipelining", 500.0), run("pipelining", 9.0, "interleaved_1f1b"),
+            run("hippie", 7.0, recompute="all")]
+    paths = schedule_timelines(runs, str(tmp_path))
+    # zbv ran by both runtimes without recomputation; interleaved and zbv with recomputation by one only
+    assert sorted(os.path.basename(p) for p in paths) == ["timeline_schedule_zbv_v2_w2.pdf",
+                                                          "timeline_schedule_zbv_v2_w2.png"]
+
+
 def test_wandb_offline_folder_is_a_source(tmp_path):
     run_dir = tmp_path / "run"
     write(str(run_dir), _rec("dp", 2, 100.0, 200))
