@@ -34,7 +34,7 @@ every strategy): the compute a sample costs in each configuration against one wo
 the share of its schedule each spends computing at that cost, and each schedule's measured,
 analytic and replayed bubble. ``--out`` gets ``bench.md``, ``bench.json`` and the runs' records.
 
-Example (about 26 minutes for its 126 runs on 2 cores, 2026-12-07):
+Example (32 minutes for its 126 runs on 2 cores, 2026-12-07):
   pipebench bench --repeats 3 --out results/bench
 """
 

@@ -524,9 +524,10 @@ def schedule_timelines(records: list[dict], out_dir: str) -> list[str]:
         runs = sorted(runs, key=lambda r: (r["strategy"] != "hippie", r["strategy"]))
         rows = [(f"{r['strategy']}: {label}", spans) for r in runs
                 for label, spans in _from_origin(timeline_rows(r, "profiled_spans"))]
-        suffix = "" if recompute in ("none", "None") else f"_recompute-{recompute}"
-        paths += _gantt(rows, f"{schedule} (v={v}), {model}, {world} workers: profiled step of each runtime, "
-                              "blank: idle", out_dir, f"timeline_schedule_{schedule}_v{v}_w{world}{suffix}")
+        recomputed = recompute not in ("none", "None")
+        title = f"{schedule} (v={v}{f', recompute={recompute}' if recomputed else ''}), {model}, {world} workers"
+        paths += _gantt(rows, f"{title}: profiled step of each runtime, blank: idle", out_dir,
+                        f"timeline_schedule_{schedule}_v{v}_w{world}" + (f"_recompute-{recompute}" if recomputed else ""))
     return paths
 
 
