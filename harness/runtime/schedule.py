@@ -153,6 +153,28 @@ def reducing(schedules: list[list[Action]]) -> list[list[Action]]:
     return out
 
 
+def out_of_order(schedules: list[list[Action]], placement: list[int] | None = None) -> list[tuple[int, int]]:
+    """(sending list, receiving list) pairs whose messages the receiver takes in another order than
+    the sender sends them. Gloo pairs a receive with its send by tag, so any order works; NCCL
+    pairs them by order between two ranks, so such a pair would receive the wrong message. Our
+    one-stage schedules have none; the library's lists for ZB1P, ZB-V and DualPipeV do, since
+    they place each receive where the library's runtime waits for it, having posted it earlier."""
+    where = placement or list(range(len(schedules)))
+    sent: dict[tuple[int, int], list] = {}
+    taken: dict[tuple[int, int], list] = {}
+    for lane, acts in enumerate(schedules):
+        for a in acts:
+            s = lane if a.stage is None else a.stage
+            if a.op in (SEND_F, SEND_B):
+                to = s + 1 if a.op == SEND_F else s - 1
+                sent.setdefault((lane, where[to]), []).append((a.op, a.micro, min(s, to)))
+            elif a.op in (RECV_F, RECV_B):
+                frm = s - 1 if a.op == RECV_F else s + 1
+                kind = SEND_F if a.op == RECV_F else SEND_B
+                taken.setdefault((where[frm], lane), []).append((kind, a.micro, min(s, frm)))
+    return sorted(pair for pair in set(sent) | set(taken) if sent.get(pair) != taken.get(pair))
+
+
 # PipeDream-style asynchronous 1F1B (AshPipe): one minibatch at a time, no flush.
 # Stage s admits ``S - 1 - s`` minibatches of warm-up, then alternates one
 # forward with one backward, and steps its optimizer after every backward. The

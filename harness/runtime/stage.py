@@ -55,8 +55,8 @@ def build_stages(layout: PipelineLayout, layers: list[nn.Module], ctx: DistConte
     position, replica = topo.position_of(ctx.rank), topo.replica_of(ctx.rank)
     # every rank creates every position's replica group, in the same order (a collective call); the
     # stages of one position share their ranks, so they share the group
-    groups = [new_group(topo.ranks_of(topo.stages_at(p)[0]), ctx.timeout) for p in range(topo.positions)]
-    group = groups[position] if len(topo.ranks_of(topo.stages_at(position)[0])) > 1 else None
+    groups = [new_group(topo.ranks_at(p), ctx.timeout) for p in range(topo.positions)]
+    group = groups[position] if topo.replicas_at(position) > 1 else None
     builds = []
     for stage in topo.stages_at(position):
         lo, hi = layout.ranges(len(layers))[stage]
@@ -66,10 +66,3 @@ def build_stages(layout: PipelineLayout, layers: list[nn.Module], ctx: DistConte
         builds.append(StageBuild(plan, module, (lo, hi), group, recompute))
     return builds
 
-
-def build_stage(layout: PipelineLayout, layers: list[nn.Module], ctx: DistContext, comm: Comm) -> StageBuild:
-    """This rank's stage of ``layout``, where each rank holds one. Collective."""
-    builds = build_stages(layout, layers, ctx, comm)
-    if len(builds) != 1:
-        raise ValueError(f"rank {ctx.rank} holds {len(builds)} stages; use build_stages")
-    return builds[0]

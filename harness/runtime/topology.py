@@ -60,22 +60,25 @@ class Topology:
         """The stages a rank at ``position`` holds, ascending."""
         return [position] if self.place is None else [s for s, p in enumerate(self.place) if p == position]
 
-    def _width(self, position: int) -> int:
+    def replicas_at(self, position: int) -> int:
+        """Ranks at ``position`` (each holds all of its stages)."""
         return self.replicas[self.stages_at(position)[0]]
 
     @property
     def world_size(self) -> int:
-        return sum(self._width(p) for p in range(self.positions))
+        return sum(self.replicas_at(p) for p in range(self.positions))
+
+    def ranks_at(self, position: int) -> list[int]:
+        first = sum(self.replicas_at(p) for p in range(position))
+        return list(range(first, first + self.replicas_at(position)))
 
     def ranks_of(self, stage: int) -> list[int]:
-        position = self.position_of_stage(stage)
-        first = sum(self._width(p) for p in range(position))
-        return list(range(first, first + self._width(position)))
+        return self.ranks_at(self.position_of_stage(stage))
 
     def position_of(self, rank: int) -> int:
         """The rank position ``rank`` is at (its stage, where each rank holds one)."""
         for p in range(self.positions):
-            if rank in self.ranks_of(self.stages_at(p)[0]):
+            if rank in self.ranks_at(p):
                 return p
         raise ValueError(f"rank {rank} is outside a world of {self.world_size}")
 

@@ -29,7 +29,7 @@ from harness.runtime import schedule as sch
 from harness.runtime import schedules
 from harness.strategies.base import MultiStageKeys, Strategy, summed_eval
 from harness.strategies.layout import (check_layout, check_stages_per_rank, micro_batch_samples, refuse_unrunnable,
-                                      simulated_pipeline, uniform_replicas)
+                                      simulated_pipeline, uniform_replicas, uses_nccl)
 from harness.strategies.pipeline import build_pipeline
 
 
@@ -51,8 +51,7 @@ class HippieStrategy(Strategy):
         kind, v = schedules.get(spec.strategy.schedule), spec.strategy.stages_per_rank
         positions = uniform_replicas(spec)  # replicas per rank position
         P, m = len(positions), spec.train.micro_batches
-        pipe = build_pipeline(spec, layers, ctx, comm, positions * v,
-                              place=kind.placement_of(P, v))
+        pipe = build_pipeline(spec, layers, ctx, comm, positions * v, place=kind.placement_of(P, v))
         self.partition, self.builds = pipe.partition, pipe.builds
         self.params, self.optimizer, self.executor = pipe.params, pipe.optimizer, pipe.executor
         self.topo = self.builds[0].plan.topo
@@ -71,6 +70,15 @@ class HippieStrategy(Strategy):
         check_stages_per_rank(spec, kind, ours)
         check_layout(spec, replicas, stages_per_rank=st.stages_per_rank)
         refuse_unrunnable(kind, len(replicas), st.stages_per_rank, spec.train.micro_batches)
+        if uses_nccl(spec):
+            P, v, m = len(replicas), st.stages_per_rank, spec.train.micro_batches
+            pairs = sch.out_of_order(kind.lists(P, v, m), kind.placement_of(P, v))
+            if pairs:
+                raise ConfigError(
+                    f"strategy.schedule={st.schedule} on NCCL: rank position {pairs[0][1]} receives from position "
+                    f"{pairs[0][0]} in another order than it sends, and NCCL pairs messages by order (our executor "
+                    "receives where the schedule waits); run it with launch.backend=gloo, or on GPUs with "
+                    "strategy=pipelining, whose runtime posts its receives early")
 
     @classmethod
     def samples_per_forward(cls, spec) -> int:
@@ -116,10 +124,10 @@ class HippieStrategy(Strategy):
         return {"stage": self.position, **several, "replica": self.builds[0].plan.replica,
                 "layers": ranges if several else ranges[0], "boundaries": self.partition.boundaries,
                 "recompute": sorted(i for b in self.builds for i in b.recompute),
-                "replicas": [len(self.topo.ranks_of(self.topo.stages_at(p)[0])) for p in range(self.topo.positions)]}
+                "replicas": [self.topo.replicas_at(p) for p in range(self.topo.positions)]}
 
     def recomputed_layers(self):
-        share = 1 / len(self.topo.ranks_of(self.builds[0].plan.stage))
+        share = 1 / self.topo.replicas_at(self.position)
         return {i: share for b in self.builds for i in b.recompute}
 
     def owned_layers(self):

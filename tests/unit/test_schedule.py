@@ -269,3 +269,17 @@ def test_each_stage_reduces_under_its_own_last_weight_gradient_action(name):
             after = acts[acts.index(a) + 1:]
             assert not [b for b in after if b.stage == a.stage and b.op in (sch.BWD, sch.BWD_W)]
     assert sch.reducing(sch.one_f_one_b(2, 3)) == sch.one_f_one_b(2, 3)  # ours are marked already
+
+
+def test_receives_taken_out_of_the_senders_order_are_found():
+    # NCCL pairs two ranks' messages by order: our schedules receive in the order they are sent;
+    # the library's ZB-V lists, which place a receive where its runtime waits, do not
+    for name in ("gpipe", "1f1b", "zb_h1", "interleaved_1f1b"):
+        kind = schedules.get(name)
+        v = kind.default_stages_per_rank
+        assert sch.out_of_order(kind.lists(3, v, 6), kind.placement_of(3, v)) == [], name
+    zbv = schedules.get("zbv")
+    assert sch.out_of_order(zbv.lists(2, 2, 4), zbv.placement_of(2, 2)) == [(0, 1)]
+    swapped = sch.gpipe(2, 2)  # stage 1: RECV_F0, F0, RECV_F1, F1, ...
+    swapped[1][0], swapped[1][2] = swapped[1][2], swapped[1][0]  # it receives micro-batch 1 first
+    assert swapped[1][0] == sch.Action(sch.RECV_F, 1) and sch.out_of_order(swapped) == [(0, 1)]
