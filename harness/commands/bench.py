@@ -67,8 +67,8 @@ BUBBLES = ("bubble_measured", "bubble_analytic", "bubble_replayed")  # from each
 
 def configurations(model: str) -> dict[str, list[str]]:
     m = MODELS[model]
-    pipeline = ["world_size=2", f"train.micro_batches={MICRO_BATCHES}", f"strategy.boundaries={m['boundaries']}"]
-    four_stages = ["world_size=2", f"train.micro_batches={MICRO_BATCHES}", f"strategy.boundaries={m['four_stages']}"]
+    pipeline, four_stages = (["world_size=2", f"train.micro_batches={MICRO_BATCHES}",
+                              f"strategy.boundaries={m[cut]}"] for cut in ("boundaries", "four_stages"))
     return {
         "dp_w1": ["strategy=dp", "world_size=1"],
         "dp_w2": ["strategy=dp", "world_size=2"],
