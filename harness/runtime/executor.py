@@ -335,6 +335,7 @@ class StageExecutor:
     def _reset_state(self) -> None:
         self._held = {stage: InFlight() for stage in self._by_stage}
         self._sends: list[tuple[int, Pending]] = []  # (the training call that started it, the send)
+        self._posted: dict[sch.Action, tuple[torch.Tensor, list[Pending]]] = {}  # receives posted, not yet taken
 
     def send_counts(self) -> tuple[int, int]:
         """(sends started so far, sends not yet waited for): an asynchronous schedule keeps those of
@@ -347,13 +348,16 @@ class StageExecutor:
 
     # -- one call ------------------------------------------------------------
     def run(self, actions: list[sch.Action], x: torch.Tensor | None, y: torch.Tensor | None,
-            training: bool = True, flush: bool = True) -> StageRun:
+            training: bool = True, flush: bool = True, posting: list[sch.Action] | None = None) -> StageRun:
         """Run ``actions`` with global batch ``(x, y)``.
 
         ``flush=True`` (synchronous schedules) ends the call with every send
         complete and nothing in flight. ``flush=False`` (asynchronous schedules)
         keeps minibatches in flight, and their sends, for the next call.
+        ``posting``: the order to post the call's receives in where it is not the list's own
+        (:func:`harness.runtime.schedule.receive_order`).
         """
+        self._posting, self._next_post = posting or [], 0
         if not training:
             return self._evaluate(actions, x, y)
         if x is not None:
@@ -442,7 +446,7 @@ class StageExecutor:
         weights; training minibatches in flight, and their messages (which use
         other tags), are untouched and resume afterwards.
         """
-        training_state = (self._held, self._sends, getattr(self, "_x", None), getattr(self, "_y", None),
+        training_state = (self._held, self._sends, self._posted, getattr(self, "_x", None), getattr(self, "_y", None),
                           getattr(self, "_batch", None))
         self._reset_state()
         self._x, self._y, self._batch, self._training, self._evaluating = x, y, x.shape[0], False, True
@@ -454,7 +458,7 @@ class StageExecutor:
             self._wait_sends()
             return self._run
         finally:
-            self._held, self._sends, self._x, self._y, self._batch = training_state
+            self._held, self._sends, self._posted, self._x, self._y, self._batch = training_state
             self._training, self._evaluating = True, False
 
     # -- helpers -------------------------------------------------------------
@@ -484,12 +488,31 @@ class StageExecutor:
         evaluation (whose messages never meet a training one in flight)."""
         return ((boundary * 2 + self._evaluating) * (1 << 20) + micro % (1 << 20)) * 2 + int(grad)
 
-    def _receive(self, st: LocalStage, micro: int, shape: tuple[int, ...], pieces, peer_attr: str, tag: int
-                 ) -> torch.Tensor:
-        lo, hi = self._range(st, micro)
+    def _post(self, a: sch.Action) -> None:
+        """Post receive ``a`` (its pieces into a buffer of the pool); :meth:`_received_tensor` waits."""
+        st, _ = self._on(a)
+        forward = a.op == sch.RECV_F
+        shape = st.plan.boundary_shapes[st.plan.stage if forward else st.plan.stage + 1]
+        tag = self._tag(a.micro, grad=not forward, boundary=st.plan.stage - 1 if forward else st.plan.stage)
+        lo, hi = self._range(st, a.micro)
         free = self._received.get((hi - lo, *shape))
         buf = free.pop() if free else torch.empty((hi - lo, *shape), dtype=self.dtype, device=self.device)
-        waits = [self.comm.irecv(buf[t.lo - lo : t.hi - lo], getattr(t, peer_attr), tag) for t in pieces]
+        waits = [self.comm.irecv(buf[t.lo - lo : t.hi - lo], t.src if forward else t.dst, tag)
+                 for t in self._pieces(st, a.micro, towards_next=not forward)]
+        self._posted[a] = (buf, waits)
+
+    def _received_tensor(self, a: sch.Action) -> torch.Tensor:
+        """The tensor of receive ``a``, once it has arrived. It is posted here, after the receives
+        the call's posting order puts before it (each peer's messages in the order the peer sends
+        them, :func:`harness.runtime.schedule.receive_order`: NCCL pairs messages by order),
+        unless an earlier receive posted it already."""
+        while a not in self._posted:
+            if self._next_post < len(self._posting):
+                self._next_post += 1
+                self._post(self._posting[self._next_post - 1])
+            else:  # no order given: the list's own
+                self._post(a)
+        buf, waits = self._posted.pop(a)
         for w in waits:
             w.wait()
         return buf
@@ -541,11 +564,8 @@ class StageExecutor:
 
     # -- actions -------------------------------------------------------------
     def _RECV_F(self, a: sch.Action) -> None:
-        st, held = self._on(a)
-        shape = st.plan.boundary_shapes[st.plan.stage]
-        buf = self._receive(st, a.micro, shape, self._pieces(st, a.micro, towards_next=False), "src",
-                            tag=self._tag(a.micro, grad=False, boundary=st.plan.stage - 1))
-        held.inputs[a.micro] = buf.requires_grad_(self._training)
+        held = self._on(a)[1]
+        held.inputs[a.micro] = self._received_tensor(a).requires_grad_(self._training)
 
     def _F(self, a: sch.Action) -> None:
         st, held = self._on(a)
@@ -600,10 +620,7 @@ class StageExecutor:
             held.inputs.pop(a.micro, None)
 
     def _RECV_B(self, a: sch.Action) -> None:
-        st, held = self._on(a)
-        shape = st.plan.boundary_shapes[st.plan.stage + 1]
-        held.grads[a.micro] = self._receive(st, a.micro, shape, self._pieces(st, a.micro, towards_next=True), "dst",
-                                            tag=self._tag(a.micro, grad=True, boundary=st.plan.stage))
+        self._on(a)[1].grads[a.micro] = self._received_tensor(a)
 
     def _B(self, a: sch.Action) -> None:
         st, held = self._on(a)

@@ -153,26 +153,42 @@ def reducing(schedules: list[list[Action]]) -> list[list[Action]]:
     return out
 
 
-def out_of_order(schedules: list[list[Action]], placement: list[int] | None = None) -> list[tuple[int, int]]:
-    """(sending list, receiving list) pairs whose messages the receiver takes in another order than
-    the sender sends them. Gloo pairs a receive with its send by tag, so any order works; NCCL
-    pairs them by order between two ranks, so such a pair would receive the wrong message. Our
-    one-stage schedules have none; the library's lists for ZB1P, ZB-V and DualPipeV do, since
-    they place each receive where the library's runtime waits for it, having posted it earlier."""
+def _message(lane: int, a: Action, where: list[int]) -> tuple[int, tuple]:
+    """(the other end's list, the message) of a send or receive: (forward?, micro-batch, the lower
+    stage of the boundary it crosses)."""
+    s = lane if a.stage is None else a.stage
+    other = s + 1 if a.op in (SEND_F, RECV_B) else s - 1
+    return where[other], (a.op in (SEND_F, RECV_F), a.micro, min(s, other))
+
+
+def receive_order(schedules: list[list[Action]], placement: list[int] | None = None) -> list[list[Action]]:
+    """Per list, its receive actions in the order to post them: each peer's messages in the order
+    that peer sends them, each as late as that allows. NCCL pairs two ranks' messages by order,
+    not by tag: a receive posted out of its sender's order would take another message. Our
+    one-stage schedules receive in send order already (the order is the list's own); the
+    library's lists for ZB-V, and for ZB1P and DualPipeV at some rank counts, place a receive
+    where the library's runtime waits for it, having posted it earlier, as this order does."""
     where = placement or list(range(len(schedules)))
-    sent: dict[tuple[int, int], list] = {}
-    taken: dict[tuple[int, int], list] = {}
+    sent: dict[tuple[int, int], list] = {}  # (sender, receiver) -> messages in the order sent
     for lane, acts in enumerate(schedules):
         for a in acts:
-            s = lane if a.stage is None else a.stage
             if a.op in (SEND_F, SEND_B):
-                to = s + 1 if a.op == SEND_F else s - 1
-                sent.setdefault((lane, where[to]), []).append((a.op, a.micro, min(s, to)))
-            elif a.op in (RECV_F, RECV_B):
-                frm = s - 1 if a.op == RECV_F else s + 1
-                kind = SEND_F if a.op == RECV_F else SEND_B
-                taken.setdefault((where[frm], lane), []).append((kind, a.micro, min(s, frm)))
-    return sorted(pair for pair in set(sent) | set(taken) if sent.get(pair) != taken.get(pair))
+                to, message = _message(lane, a, where)
+                sent.setdefault((lane, to), []).append(message)
+    out = []
+    for lane, acts in enumerate(schedules):
+        receives = {a: _message(lane, a, where) for a in acts if a.op in (RECV_F, RECV_B)}
+        receive_of = {message: a for a, (_, message) in receives.items()}
+        order, posted = [], set()
+        for a, (frm, message) in receives.items():  # in the list's order
+            for earlier in sent[(frm, lane)]:  # what the peer sends up to it, in its order
+                if earlier not in posted:
+                    posted.add(earlier)
+                    order.append(receive_of[earlier])
+                if earlier == message:
+                    break
+        out.append(order)
+    return out
 
 
 # PipeDream-style asynchronous 1F1B (AshPipe): one minibatch at a time, no flush.

@@ -29,7 +29,7 @@ from harness.runtime import schedule as sch
 from harness.runtime import schedules
 from harness.strategies.base import MultiStageKeys, Strategy, summed_eval
 from harness.strategies.layout import (check_layout, check_stages_per_rank, micro_batch_samples, refuse_unrunnable,
-                                      simulated_pipeline, uniform_replicas, uses_nccl)
+                                      simulated_pipeline, uniform_replicas)
 from harness.strategies.pipeline import build_pipeline
 
 
@@ -56,7 +56,10 @@ class HippieStrategy(Strategy):
         self.params, self.optimizer, self.executor = pipe.params, pipe.optimizer, pipe.executor
         self.topo = self.builds[0].plan.topo
         self.position = self.topo.position_of(ctx.rank)
-        self.train_actions = sch.reducing(kind.lists(P, v, m))[self.position]
+        lists = sch.reducing(kind.lists(P, v, m))
+        self.train_actions = lists[self.position]
+        # each peer's messages received in the order it sends them, as NCCL pairs them
+        self.posting = sch.receive_order(lists, kind.placement_of(P, v))[self.position]
         self.eval_actions = kind.forward_only(P, v, m)[self.position]
 
     @classmethod
@@ -70,15 +73,6 @@ class HippieStrategy(Strategy):
         check_stages_per_rank(spec, kind, ours)
         check_layout(spec, replicas, stages_per_rank=st.stages_per_rank)
         refuse_unrunnable(kind, len(replicas), st.stages_per_rank, spec.train.micro_batches)
-        if uses_nccl(spec):
-            P, v, m = len(replicas), st.stages_per_rank, spec.train.micro_batches
-            pairs = sch.out_of_order(kind.lists(P, v, m), kind.placement_of(P, v))
-            if pairs:
-                raise ConfigError(
-                    f"strategy.schedule={st.schedule} on NCCL: rank position {pairs[0][1]} receives from position "
-                    f"{pairs[0][0]} in another order than it sends, and NCCL pairs messages by order (our executor "
-                    "receives where the schedule waits); run it with launch.backend=gloo, or on GPUs with "
-                    "strategy=pipelining, whose runtime posts its receives early")
 
     @classmethod
     def samples_per_forward(cls, spec) -> int:
@@ -103,7 +97,7 @@ class HippieStrategy(Strategy):
 
     def train_step(self, x, y):
         self._modules("train")
-        run = self.executor.run(self.train_actions, x, y, training=True)
+        run = self.executor.run(self.train_actions, x, y, training=True, posting=self.posting)
         self.step_stats.append({"compute_s": run.compute_s, "comm_s": run.comm_s, "idle_s": run.idle_s,
                                 "events": run.events, "allreduce": run.allreduce})
         return run.loss

@@ -97,12 +97,6 @@ def check_layout(spec, replicas: list[int], stages_per_rank: int = 1) -> None:
     resolve_recompute(getattr(st, "recompute", "none"), n_layers, (0, n_layers), last_stage=False)
 
 
-def uses_nccl(spec) -> bool:
-    """Whether the job's processes talk over NCCL (``launch.backend``, auto: NCCL on CUDA)."""
-    backend = spec.launch.backend
-    return backend == "nccl" or (backend == "auto" and spec.device == "cuda")
-
-
 def check_stages_per_rank(spec, kind: Schedule, offered: list[str]) -> None:
     """Refuse several stages per rank under a schedule that places one (``offered``: the
     schedules the strategy runs, of which those that place several are named)."""

@@ -246,7 +246,6 @@ def test_each_pipelining_schedule_refuses_what_it_cannot_run_in_one_line(overrid
      "or use a schedule with several: interleaved_1f1b, looped_bfs, zero_bubble, zbv, dualpipev"),
     (["strategy.schedule=interleaved_1f1b", "strategy.stages_per_rank=4"], "= 8 stages exceeds the 6 layers"),
     (["strategy.schedule=async_1f1b"], "is not one of gpipe, 1f1b, zb_h1, interleaved_1f1b"),
-    (["strategy.schedule=zbv", "launch.backend=nccl"], "NCCL pairs messages by order"),
 ])
 def test_each_schedule_of_our_runtime_refuses_what_it_cannot_run_in_one_line(overrides, refusal):
     with pytest.raises(ConfigError, match=refusal) as e:

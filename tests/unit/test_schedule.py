@@ -271,15 +271,35 @@ def test_each_stage_reduces_under_its_own_last_weight_gradient_action(name):
     assert sch.reducing(sch.one_f_one_b(2, 3)) == sch.one_f_one_b(2, 3)  # ours are marked already
 
 
-def test_receives_taken_out_of_the_senders_order_are_found():
-    # NCCL pairs two ranks' messages by order: our schedules receive in the order they are sent;
-    # the library's ZB-V lists, which place a receive where its runtime waits, do not
-    for name in ("gpipe", "1f1b", "zb_h1", "interleaved_1f1b"):
+def test_receives_are_posted_in_each_senders_order():
+    # NCCL pairs two ranks' messages by order: each peer's messages are posted in the order that peer
+    # sends them; our schedules already receive so, the library's ZB-V lists do not
+    def peer_orders(lists, placement, lane, acts):
+        where = placement or list(range(len(lists)))
+        by_peer = {}
+        for a in acts:
+            s = lane if a.stage is None else a.stage
+            other = s - 1 if a.op in (sch.RECV_F, sch.SEND_B) else s + 1
+            by_peer.setdefault(where[other], []).append((a.op in (sch.RECV_F, sch.SEND_F), a.micro, min(s, other)))
+        return by_peer
+
+    for name in schedules.names(ours=True):
         kind = schedules.get(name)
         v = kind.default_stages_per_rank
-        assert sch.out_of_order(kind.lists(3, v, 6), kind.placement_of(3, v)) == [], name
+        for ranks in (2, 3):
+            lists, placement = kind.lists(ranks, v, 6), kind.placement_of(ranks, v)
+            order = sch.receive_order(lists, placement)
+            for lane, acts in enumerate(lists):
+                receives = [a for a in acts if a.op in (sch.RECV_F, sch.RECV_B)]
+                assert sorted(map(str, order[lane])) == sorted(map(str, receives)), (name, lane)
+                if name in ("gpipe", "1f1b", "zb_h1", "interleaved_1f1b"):
+                    assert order[lane] == receives, (name, ranks, lane)  # the list's own order
+                for peer, taken in peer_orders(lists, placement, lane, order[lane]).items():
+                    sends = [a for a in lists[peer] if a.op in (sch.SEND_F, sch.SEND_B)]
+                    assert taken == peer_orders(lists, placement, peer, sends)[lane], (name, ranks, lane, peer)
     zbv = schedules.get("zbv")
-    assert sch.out_of_order(zbv.lists(2, 2, 4), zbv.placement_of(2, 2)) == [(0, 1)]
+    lists = zbv.lists(2, 2, 4)
+    assert sch.receive_order(lists, zbv.placement_of(2, 2))[1] != [a for a in lists[1] if a.op.startswith("RECV")]
     swapped = sch.gpipe(2, 2)  # stage 1: RECV_F0, F0, RECV_F1, F1, ...
-    swapped[1][0], swapped[1][2] = swapped[1][2], swapped[1][0]  # it receives micro-batch 1 first
-    assert swapped[1][0] == sch.Action(sch.RECV_F, 1) and sch.out_of_order(swapped) == [(0, 1)]
+    swapped[1][0], swapped[1][2] = swapped[1][2], swapped[1][0]  # it waits for micro-batch 1 first
+    assert sch.receive_order(swapped)[1][:2] == [sch.Action(sch.RECV_F, 0), sch.Action(sch.RECV_F, 1)]
