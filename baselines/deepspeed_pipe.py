@@ -25,12 +25,18 @@ import torch
 import torch.nn.functional as F
 
 from harness.core.errors import ConfigError
+from harness.core.training import make_optimizer, mean_loss
 from harness.metrics.meter import optimizer_state_tensors
 from harness.runtime import schedule as sch
 from harness.strategies.base import PipelineKeys, Strategy, summed_eval
-from harness.strategies.layout import (Partition, check_layout, micro_batch_samples, resolve_boundaries, simulated_pipeline,
-                                       uniform_replicas)
-from harness.core.training import make_optimizer, mean_loss
+from harness.strategies.layout import (
+    Partition,
+    check_layout,
+    micro_batch_samples,
+    resolve_boundaries,
+    simulated_pipeline,
+    uniform_replicas,
+)
 
 _CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

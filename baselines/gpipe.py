@@ -23,14 +23,14 @@ from torch import nn
 from torchgpipe import GPipe
 
 from harness.core.errors import ConfigError
-from harness.metrics.meter import optimizer_state_tensors, stage_annotation
-from harness.core.options import bounded, choice
 from harness.core.models import num_layers
+from harness.core.options import bounded, choice
+from harness.core.training import clip_gradients, eval_counts, make_optimizer, mean_loss, with_precision
+from harness.metrics.meter import optimizer_state_tensors, stage_annotation
 from harness.runtime import schedule as sch
 from harness.runtime.partition import stage_ranges
 from harness.strategies.base import EvalResult, Strategy, StrategyConfig
 from harness.strategies.layout import check_layout, resolve_boundaries, simulated_pipeline
-from harness.core.training import clip_gradients, eval_counts, make_optimizer, mean_loss, with_precision
 
 _CHECKPOINT_MODES = ("always", "except_last", "never")
 

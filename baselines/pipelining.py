@@ -28,16 +28,24 @@ from torch.nn.parallel import DistributedDataParallel
 
 from harness.core.comm import new_group
 from harness.core.errors import ConfigError
-from harness.metrics.meter import optimizer_state_tensors
 from harness.core.options import choice
+from harness.core.training import PRECISIONS, clip_gradients, eval_counts, make_optimizer, mean_loss, with_precision
+from harness.metrics.meter import optimizer_state_tensors
 from harness.runtime import schedules, torch_schedules
 from harness.runtime.executor import StageModule
 from harness.runtime.partition import stage_ranges
 from harness.runtime.topology import Topology
 from harness.strategies.base import MultiStageKeys, Strategy, summed_eval
-from harness.strategies.layout import (check_layout, check_stages_per_rank, micro_batch_samples, recompute_of_stages,
-                                       resolve_boundaries, simulated_pipeline, uniform_replicas)
-from harness.core.training import PRECISIONS, clip_gradients, eval_counts, make_optimizer, mean_loss, with_precision
+from harness.strategies.layout import (
+    check_layout,
+    check_stages_per_rank,
+    micro_batch_samples,
+    recompute_of_stages,
+    resolve_boundaries,
+    simulated_pipeline,
+    uniform_replicas,
+)
+
 
 @dataclass
 class PipeliningKeys(MultiStageKeys):

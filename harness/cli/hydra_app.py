@@ -206,7 +206,7 @@ def spec_or_exit(cfg: DictConfig, launching: bool = True) -> RunSpec:
         return build_spec(cfg, launching)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
-        raise SystemExit(2)
+        raise SystemExit(2) from None
 
 
 def show(args: list[str]) -> int:

@@ -83,7 +83,7 @@ def task(cfg: DictConfig) -> None:
         record_mod.write(output_dir, record_mod.failed_record(known_fields(cfg), f"invalid config: {e}"))
         if multirun:
             return  # the other jobs of the sweep go on; the table shows this one as failed
-        raise SystemExit(2)
+        raise SystemExit(2) from None
 
     spec.output_dir = output_dir
     if multirun:  # every run of the sweep cuts the model where its first pipeline measured the cut

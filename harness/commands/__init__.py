@@ -50,8 +50,9 @@ is key=a,b with -m."""
 
 def version() -> str:
     """pipebench's version, the commit it runs from (a checkout), and torch's version."""
-    from importlib.metadata import PackageNotFoundError, version as installed
     import subprocess
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
 
     try:
         ours = installed("pipebench")

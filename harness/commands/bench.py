@@ -179,7 +179,8 @@ def markdown(summary: dict, repeats: int, steps: int) -> str:
     lines = [f"Benchmark: {repeats} repeat(s) interleaved, {steps} steps per run, 1 thread per worker, "
              f"{MICRO_BATCHES} micro-batches, {STAGES} stages on a given partition (torch's schedules of two "
              "stages per rank: the same layers in four), no recomputation but in the *_recompute rows.", ""]
-    fmt = (lambda x, scale=1.0: f"{x * scale:.1f}" if x is not None else "–")
+    def fmt(x, scale=1.0):
+        return (f"{x * scale:.1f}" if x is not None else "–")
     for model, s in summary.items():
         lines += [f"### {model} (global batch {MODELS[model]['batch']})", "",
                   "| configuration | median samples/s | min | max | peak MiB/rank | runs ok |",

@@ -29,12 +29,11 @@ import yaml
 
 from harness.config.registry import CONFIG_DIR
 from harness.config.schema import ModelConfig
-from harness.core.models import build_layers
+from harness.core.models import build_layers, visiting
+from harness.core.timing import DeviceTimer
 from harness.metrics.flops import device_peak
 from harness.report.environment import environment
 from harness.runtime.partition import measure_layer_costs
-from harness.core.models import visiting
-from harness.core.timing import DeviceTimer
 
 _TOLERANCE = 0.10  # CUDA events against the profiler's kernel time
 

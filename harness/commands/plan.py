@@ -29,7 +29,6 @@ from harness.planning.planner import data_parallel_cost
 from harness.planning.profiling import measure_local_network
 from harness.strategies.ashpipe import AshPipeStrategy
 
-
 OVERRIDES = True
 
 
@@ -51,7 +50,7 @@ def task(cfg: DictConfig) -> None:
         chosen, profile = plan_here(spec, layers, device, network, spec.world_size)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
-        raise SystemExit(2)
+        raise SystemExit(2) from None
     print(f"network: p2p {network.p2p_bytes_per_s / 1e9:.2f} GB/s, all-reduce {network.allreduce_bytes_per_s / 1e9:.2f} "
           f"GB/s, latency {network.latency_s * 1e6:.0f} us")
     dp = data_parallel_cost(profile, spec.world_size, spec.train.global_batch)

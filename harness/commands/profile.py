@@ -71,7 +71,7 @@ def _read_or_exit(path: str) -> Profile:
         return read_profile(path)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
-        raise SystemExit(2)
+        raise SystemExit(2) from None
 
 
 def _add_to(spec, profile: Profile, runtime: bool) -> Profile:

@@ -43,7 +43,7 @@ def task(cfg: DictConfig) -> None:
         print(f"error: {e}", file=sys.stderr)
         if hc.mode == RunMode.MULTIRUN:
             return  # the other points of the sweep go on
-        raise SystemExit(2)
+        raise SystemExit(2) from None
     pred, profile = made.prediction, made.profile
     rec = pred.record(spec.model.name, spec.data.name, spec.cluster.name, spec.cluster.memory_gib)
     rec["profile"], rec["profile_batch"], rec["profile_source"] = spec.sim.profile, profile.batch, made.source

@@ -16,13 +16,21 @@ from dataclasses import dataclass, field
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from harness.core import data as data_mod
 from harness.config.registry import strategy_class, strategy_classes
-from harness.config.schema import (ClusterConfig, DataConfig, LaunchConfig, LoggerConfig, ModelConfig, RunConfig,
-                                   SimConfig, TrainConfig)
+from harness.config.schema import (
+    ClusterConfig,
+    DataConfig,
+    LaunchConfig,
+    LoggerConfig,
+    ModelConfig,
+    RunConfig,
+    SimConfig,
+    TrainConfig,
+)
+from harness.core import data as data_mod
 from harness.core.checkpoints import check_checkpoint, checkpoint_folder
-from harness.core.models import parameter_shapes, pretrained_weights
 from harness.core.errors import ConfigError
+from harness.core.models import parameter_shapes, pretrained_weights
 from harness.core.options import check_node
 from harness.strategies.base import PIPELINE_KEYS, Strategy, StrategyConfig
 

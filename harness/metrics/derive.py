@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import os
 
+from harness.metrics import idle
 from harness.metrics.flops import layer_flops, utilisation
 from harness.metrics.meter import job_idle_fractions, step_time_summary
-from harness.metrics import idle
 from harness.report.record import diverged_at
 from harness.runtime.schedules import replayed_timeline, timeline_bubble
 

@@ -33,12 +33,12 @@ from torch import nn
 
 from harness.core import comm as comm_mod
 from harness.core.host import start_workers, worker_context
-from harness.metrics.meter import track_cpu_allocations
 from harness.core.models import build_layers
-from harness.metrics.flops import layer_flops
-from harness.planning.planner import LayerProfile, Network, Profile
 from harness.core.timing import DeviceTimer
 from harness.core.training import Autocast, make_optimizer, summed_loss, with_precision
+from harness.metrics.flops import layer_flops
+from harness.metrics.meter import track_cpu_allocations
+from harness.planning.planner import LayerProfile, Network, Profile
 
 
 @dataclass

@@ -30,7 +30,7 @@ from scipy import stats
 from harness.report import columns
 from harness.report.columns import Column
 from harness.report.statistics import interval, mlperf_times
-from harness.report.tables import FORMATS, Table, escape_tex, comparison, to_latex, to_markdown
+from harness.report.tables import FORMATS, Table, comparison, escape_tex, to_latex, to_markdown
 
 METHOD = "delta method on the log ratio, Student's t with Welch–Satterthwaite degrees of freedom"
 SIDES = ("A", "B")

@@ -24,14 +24,14 @@ import tempfile
 
 import torch
 
-from harness.core import comm as comm_mod
 from harness.config.spec import RunSpec
+from harness.core import comm as comm_mod
 from harness.core.data import BatchOrder, load
-from harness.core.host import start_workers, threads_per_process
-from harness.metrics.meter import track_cpu_allocations
-from harness.core.models import build_layers
 from harness.core.errors import ConfigError
+from harness.core.host import start_workers, threads_per_process
+from harness.core.models import build_layers
 from harness.core.timing import DeviceTimer
+from harness.metrics.meter import track_cpu_allocations
 from harness.planning.forecast import device_of, workload_of
 from harness.planning.planner import Profile
 from harness.planning.profiling import measure_profile

@@ -27,9 +27,9 @@ import traceback
 import torch
 import torch.multiprocessing as tmp
 
-from harness.core import comm as comm_mod
 from harness.config.registry import strategy_modules
 from harness.config.spec import RunSpec
+from harness.core import comm as comm_mod
 from harness.core.errors import ConfigError, Interrupted
 from harness.core.host import start_workers, threads_per_process
 from harness.metrics.meter import track_cpu_allocations
@@ -65,7 +65,7 @@ def run(spec: RunSpec, output_dir: str, progress: bool = True) -> dict:
         record.update(status="failed", interrupted=e.name, wall_time_s=seconds,
                       error=f"interrupted by {e.name} after {seconds:.0f} s (stopped on purpose; its workers were ended)")
         path = record_mod.write(output_dir, record)
-        raise Interrupted(e.signum, f"interrupted by {e.name}: the run stopped, its record (marked failed) is {path}")
+        raise Interrupted(e.signum, f"interrupted by {e.name}: the run stopped, its record (marked failed) is {path}") from e
     except WorkerFailure as e:
         record.update(status="failed", error=str(e), failed_rank=e.rank, traceback=e.details)
     except ConfigError:

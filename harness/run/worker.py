@@ -23,11 +23,11 @@ from harness.core.data import BatchOrder, load
 from harness.core.host import threads_per_process
 from harness.core.models import build_layers, count_parameters
 from harness.core.timing import DeviceTimer
+from harness.core.training import lr_factor
 from harness.metrics.derive import job_figures
 from harness.metrics.flops import device_peak
 from harness.metrics.meter import StepMeter, peak_rss_bytes, track_cpu_allocations
 from harness.run import preemption
-from harness.core.training import lr_factor
 from harness.run.progress import StepLog
 
 

@@ -24,10 +24,10 @@ from torch.nn.utils.stateless import _reparametrize_module
 from torch.utils.checkpoint import checkpoint
 
 from harness.core.comm import Comm, Pending
-from harness.runtime import schedule as sch
-from harness.runtime.topology import Topology, owned_range, transfers
 from harness.core.timing import DeviceTimer
 from harness.core.training import clip_gradients, eval_counts, predict_weights_, summed_loss
+from harness.runtime import schedule as sch
+from harness.runtime.topology import Topology, owned_range, transfers
 
 
 def _split_backward():

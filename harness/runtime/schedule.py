@@ -180,7 +180,7 @@ def receive_order(schedules: list[list[Action]], placement: list[int] | None = N
         receives = {a: _message(lane, a, where) for a in acts if a.op in (RECV_F, RECV_B)}
         receive_of = {message: a for a, (_, message) in receives.items()}
         order, posted = [], set()
-        for a, (frm, message) in receives.items():  # in the list's order
+        for frm, message in receives.values():  # in the list's order
             for earlier in sent[(frm, lane)]:  # what the peer sends up to it, in its order
                 if earlier not in posted:
                     posted.add(earlier)

@@ -13,7 +13,14 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from harness.core.training import clip_gradients, eval_counts, make_optimizer, replica_slice, summed_loss, with_precision
+from harness.core.training import (
+    clip_gradients,
+    eval_counts,
+    make_optimizer,
+    replica_slice,
+    summed_loss,
+    with_precision,
+)
 from harness.metrics.meter import optimizer_state_tensors
 from harness.strategies.base import EvalResult, summed_eval
 

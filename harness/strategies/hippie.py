@@ -28,8 +28,14 @@ from harness.metrics.meter import optimizer_state_tensors
 from harness.runtime import schedule as sch
 from harness.runtime import schedules
 from harness.strategies.base import MultiStageKeys, Strategy, summed_eval
-from harness.strategies.layout import (check_layout, check_stages_per_rank, micro_batch_samples, refuse_unrunnable,
-                                      simulated_pipeline, uniform_replicas)
+from harness.strategies.layout import (
+    check_layout,
+    check_stages_per_rank,
+    micro_batch_samples,
+    refuse_unrunnable,
+    simulated_pipeline,
+    uniform_replicas,
+)
 from harness.strategies.pipeline import build_pipeline
 
 

@@ -22,13 +22,13 @@ from torch import nn
 from harness.core.comm import Comm, DistContext
 from harness.core.errors import ConfigError
 from harness.core.models import activation_shapes, num_layers, visiting
+from harness.core.training import with_precision
 from harness.planning.planner import Profile
 from harness.planning.simulator import SimLayout
 from harness.runtime.executor import StageExecutor
 from harness.runtime.partition import balanced_boundaries, measure_layer_costs, stage_ranges
 from harness.runtime.schedules import SCHEDULES, Schedule, ScheduleError
 from harness.runtime.stage import PipelineLayout
-from harness.core.training import with_precision
 
 RECOMPUTE_HELP = "use none, auto, all or a list of layer indices such as [1,2]"
 

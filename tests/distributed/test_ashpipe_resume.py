@@ -31,7 +31,7 @@ CASES = {
 def _runs(ctx, specs: dict, out: str) -> None:
     """Each spec in turn on this rank, in its own run directory (a resumed run in its interrupted
     run's directory, as Slurm's requeue would)."""
-    for name, spec in specs.items():
+    for _name, spec in specs.items():
         train(spec, ctx, progress=False)
 
 
@@ -60,7 +60,7 @@ def test_a_resumed_ashpipe_run_ends_with_the_parameters_of_the_uninterrupted_one
         resumed.train = dataclasses.replace(resumed.train, resume=str(tmp_path / f"{key}-cut"))
         specs[f"{key}-resumed"] = resumed
     spawn(world, _runs, specs, str(tmp_path))
-    for case, (w, _, stop) in CASES.items():
+    for case, (w, _, _stop) in CASES.items():
         if w != world:
             continue
         key = case.replace(" ", "_").replace(",", "")

@@ -4,9 +4,9 @@ import os
 
 import pytest
 
+from tests.distributed.test_pipeline_equivalence import COMMON, _batch, run_layouts
 from tests.helpers.cli import make_spec
 from tests.helpers.distributed import assert_matches_reference, merged_rank_states, reference_step, spawn
-from tests.distributed.test_pipeline_equivalence import COMMON, _batch, run_layouts
 
 # equal micro-batches: pipelining and DeepSpeed need global_batch divisible by replicas x micro-batches
 EVEN = [o if not o.startswith("train.global_batch") else "train.global_batch=16" for o in COMMON]

@@ -11,8 +11,8 @@ import os
 
 from harness.core.comm import Comm
 from harness.core.data import BatchOrder, load
-from harness.metrics.meter import StepMeter, job_idle_fractions
 from harness.core.models import build_layers
+from harness.metrics.meter import StepMeter, job_idle_fractions
 from harness.run.worker import host_only_tensors
 from tests.helpers.cli import make_spec
 from tests.helpers.distributed import spawn

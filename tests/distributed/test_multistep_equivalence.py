@@ -12,9 +12,9 @@ import os
 import pytest
 import torch
 
+from harness.core.comm import Comm
 from harness.core.data import BatchOrder, load
 from harness.core.models import build_layers
-from harness.core.comm import Comm
 from tests.helpers.cli import make_spec
 from tests.helpers.distributed import assert_matches_reference, merged_rank_states, reference_steps, spawn
 

@@ -8,9 +8,9 @@ import torch
 
 from harness.core import comm
 from harness.core.host import start_workers
-from harness.metrics.meter import track_cpu_allocations
 from harness.core.models import build_layers
 from harness.core.training import clip_gradients, make_optimizer, summed_loss, with_precision
+from harness.metrics.meter import track_cpu_allocations
 
 
 def _entry(rank: int, world_size: int, fn, args) -> None:

@@ -67,3 +67,13 @@ def test_the_command_does_not_import_what_only_some_runs_use():
             "print(sorted(m for m in ('torchvision', 'torch.distributed.pipelining') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr[-2000:]
+
+
+RUFF = os.path.join(os.path.dirname(sys.executable), "ruff")
+
+
+@pytest.mark.parametrize("args", [["check"], ["format", "--check"]], ids=["lint", "format"])
+def test_ruff_passes(args):
+    """The linter and the formatter configured in pyproject.toml hold over the whole tree."""
+    proc = subprocess.run([RUFF, *args, "."], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]

@@ -3,9 +3,9 @@ verb's help, the version, the generated references, and refusals in one line (ex
 errors Hydra would report over many lines or not at all."""
 
 import os
-import tomllib
 
 import pytest
+import tomllib
 
 from harness import commands
 from tests.helpers.cli import ROOT

@@ -13,8 +13,8 @@ from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 from omegaconf.errors import ConfigKeyError, ValidationError
 
-from harness.config import schema
 from harness import commands
+from harness.config import schema
 from harness.config.registry import CONFIG_DIR, strategy_classes
 from harness.core.errors import ConfigError
 from tests.helpers.cli import compose_config, make_spec

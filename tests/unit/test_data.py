@@ -8,8 +8,8 @@ import torch
 from harness.config.schema import DataConfig
 from harness.core import data
 from harness.core.data import BatchOrder, check_available, load, train_size, write_cifar100
-from harness.core.training import replica_slice
 from harness.core.errors import ConfigError
+from harness.core.training import replica_slice
 
 
 def test_synthetic_is_cifar_shaped_and_deterministic():

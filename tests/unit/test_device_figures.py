@@ -7,12 +7,12 @@ import pytest
 import torch
 from torch import nn
 
-from harness.core.comm import Comm, DistContext, Pending
 from harness.config.schema import ModelConfig
+from harness.core.comm import Comm, DistContext, Pending
 from harness.core.errors import ConfigError
-from harness.metrics.flops import gpu_peak, layer_flops, measured_matmul_peak, utilisation
 from harness.core.timing import DeviceTimer
 from harness.core.training import Autocast, summed_loss, with_precision
+from harness.metrics.flops import gpu_peak, layer_flops, measured_matmul_peak, utilisation
 from tests.helpers.cli import make_spec
 
 MICRO = ModelConfig(name="vit_micro", embed_dim=64, depth=4, num_heads=4, mlp_ratio=2.0)

@@ -3,6 +3,7 @@
 import os
 import subprocess
 import sys
+
 import tomllib
 
 from tests.helpers.cli import ROOT

@@ -8,9 +8,9 @@ import subprocess
 
 import pytest
 
+from harness.report.figures import curves
 from harness.report.record import failed_record, read, write
 from harness.report.schema import SCHEMA_VERSION, RecordError
-from harness.report.figures import curves
 from harness.report.statistics import interval, mlperf_times
 from harness.report.tables import FORMATS, comparison, load_records, render
 
@@ -328,9 +328,9 @@ def test_figures_fit_a_paper_and_keep_one_style_per_configuration(tmp_path, monk
     hollow = [line for line in points if line.get_markerfacecolor() == "white"]
     assert [list(line.get_xdata()) for line in hollow] == [[4]]
     assert max(fig.get_size_inches()) <= figures.PAGE_IN
-    for fig in [fig, *_drawn(monkeypatch, figures.all_figures, records, tmp_path)]:
-        assert fig.get_size_inches()[0] <= figures.PAGE_IN
-        small = [(t.get_text(), t.get_fontsize()) for t in _texts(fig) if t.get_fontsize() < 8]
+    for each in [fig, *_drawn(monkeypatch, figures.all_figures, records, tmp_path)]:
+        assert each.get_size_inches()[0] <= figures.PAGE_IN
+        small = [(t.get_text(), t.get_fontsize()) for t in _texts(each) if t.get_fontsize() < 8]
         assert not small, small
     # the same strategy and variant look the same in every figure; hippie's variants differ by marker
     styles = figures.Styles(records)

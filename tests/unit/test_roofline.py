@@ -5,9 +5,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from harness.planning import roofline
-from harness.metrics.flops import layer_flops
 from harness.core.models import build_layers
+from harness.metrics.flops import layer_flops
+from harness.planning import roofline
 from harness.planning.planner import Network
 
 

@@ -87,7 +87,8 @@ def test_a_receiver_driven_message_moves_once_its_receive_is_reached():
     assert send_and_receiver_forward(sch.replay(lists, cost, blocking_sends=True, receiver_driven=True)) == (1.0, 6.0)
     # the receive is waiting (stage 1 reaches it at 0.5): the message moves at once, holding its
     # sender, and arrives at 2
-    half = lambda stage, a: 0.5 if a.op == sch.BWD else cost(stage, a)
+    def half(stage, a):
+        return 0.5 if a.op == sch.BWD else cost(stage, a)
     assert send_and_receiver_forward(sch.replay(lists, half, blocking_sends=True, receiver_driven=True)) == (2.0, 2.0)
     # whichever list the replay reaches first: the receiving stage listed first gives the same times
     swapped = sch.replay([[replace(a, stage=1) for a in lists[1]], [replace(a, stage=0) for a in lists[0]]],

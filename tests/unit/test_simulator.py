@@ -136,8 +136,8 @@ def test_the_measured_wake_up_lengthens_compute_after_waits_on_the_profiled_host
 
 
 def test_a_stage_factor_makes_the_kept_layers_replay_the_stage_pass_its_process_timed():
-    from harness.planning.profiling import _stage_factors
     from harness.planning.forecast import workload_of as workload
+    from harness.planning.profiling import _stage_factors
     work = workload(make_spec("strategy=hippie", "world_size=2", "strategy.boundaries=[3]"))
     kept = _uniform_profile(n_layers=6).layers  # 3 ms a sample through each layer, forward and backward
     factors = _stage_factors(work, kept, [0.018 * work.samples, 0.009 * work.samples])
@@ -249,8 +249,8 @@ def test_a_profile_of_another_depth_is_refused_in_one_line():
 
 
 def test_a_replay_of_balanced_measured_costs_gives_the_analytic_bubble_and_imbalance_adds_to_it():
-    from harness.runtime.schedules import replayed_bubble
     from harness.runtime import schedule as sch
+    from harness.runtime.schedules import replayed_bubble
 
     def busy(m, forward, backward):  # seconds a stage spent on each kind in one step of m micro-batches
         return {"F": m * forward, "B": m * backward, "STEP": 0.0}

@@ -6,8 +6,15 @@ import torch
 import torch.nn.functional as F
 
 from harness.core.errors import ConfigError
-from harness.core.training import (carry_schedule, clip_gradients, delay_lr_scale, make_optimizer, predict_weights_,
-                              replica_slice, summed_loss)
+from harness.core.training import (
+    carry_schedule,
+    clip_gradients,
+    delay_lr_scale,
+    make_optimizer,
+    predict_weights_,
+    replica_slice,
+    summed_loss,
+)
 from tests.helpers.cli import make_spec
 
 

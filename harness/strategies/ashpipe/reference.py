@@ -35,9 +35,9 @@ from torch import nn
 from torch.func import functional_call
 
 from harness.core.models import build_layers
-from harness.strategies.ashpipe.switch import plateau
-from harness.runtime.partition import stage_ranges
 from harness.core.training import carry_schedule, clip_gradients, make_optimizer, summed_loss
+from harness.runtime.partition import stage_ranges
+from harness.strategies.ashpipe.switch import plateau
 
 
 def reference_switch(spec, batches, window: int, threshold: float) -> int | None:
