@@ -62,8 +62,14 @@ def train_schedule(stages: int, micro_batches: int) -> tuple[tuple[sch.Action, .
     prepare_environment("cuda" if torch.cuda.is_available() else "cpu")
     from deepspeed.runtime.pipe import schedule as ds
 
-    kinds = {ds.ForwardPass: sch.FWD, ds.BackwardPass: sch.BWD, ds.SendActivation: sch.SEND_F,
-             ds.RecvActivation: sch.RECV_F, ds.SendGrad: sch.SEND_B, ds.RecvGrad: sch.RECV_B}
+    kinds = {
+        ds.ForwardPass: sch.FWD,
+        ds.BackwardPass: sch.BWD,
+        ds.SendActivation: sch.SEND_F,
+        ds.RecvActivation: sch.RECV_F,
+        ds.SendGrad: sch.SEND_B,
+        ds.RecvGrad: sch.RECV_B,
+    }
     out = []
     for stage in range(stages):
         seen = dict.fromkeys(kinds.values(), 0)
@@ -98,14 +104,17 @@ class DeepSpeedPipeStrategy(Strategy):
                 f"train.global_batch={B} is not divisible by {m} x {dp}; use a multiple of {dp * m}"
             )
         if spec.strategy.recompute not in ("none", "all"):
-            raise ConfigError("strategy=deepspeed supports strategy.recompute=none or all "
-                              "(DeepSpeed's activation_checkpoint_interval 0 or 1)")
+            raise ConfigError(
+                "strategy=deepspeed supports strategy.recompute=none or all "
+                "(DeepSpeed's activation_checkpoint_interval 0 or 1)"
+            )
         if spec.strategy.schedule != "1f1b":
             raise ConfigError(f"strategy.schedule={spec.strategy.schedule}: DeepSpeed's pipeline engine runs 1f1b only")
         method = spec.strategy.partition_method
         if method not in ("harness", "parameters", "uniform") and not method.startswith("type:"):
-            raise ConfigError(f"strategy.partition_method={method} is not one of harness, parameters, uniform, "
-                              "type:<regex>")
+            raise ConfigError(
+                f"strategy.partition_method={method} is not one of harness, parameters, uniform, type:<regex>"
+            )
 
     @classmethod
     def samples_per_forward(cls, spec) -> int:
@@ -118,8 +127,9 @@ class DeepSpeedPipeStrategy(Strategy):
     @classmethod
     def simulated(cls, spec, profile, cluster):
         # the engine all-reduces after the last backward, not during it
-        layout = simulated_pipeline(spec, profile, uniform_replicas(spec), "1f1b", hides_allreduce=False,
-                                    recompute_rule=spec.strategy.recompute)
+        layout = simulated_pipeline(
+            spec, profile, uniform_replicas(spec), "1f1b", hides_allreduce=False, recompute_rule=spec.strategy.recompute
+        )
         own = cls.replayed_schedule(spec, len(layout.replicas))
         return replace(layout, lists=own[0], rendezvous=True) if own else layout
 
@@ -160,7 +170,9 @@ class DeepSpeedPipeStrategy(Strategy):
 
         self._evaluating = False
         module = HarnessPartitionedModule(
-            layers=list(layers), num_stages=S, loss_fn=self._loss,
+            layers=list(layers),
+            num_stages=S,
+            loss_fn=self._loss,
             partition_method="parameters" if method == "harness" else method,
             activation_checkpoint_interval=1 if spec.strategy.recompute == "all" else 0,
         )
@@ -187,8 +199,9 @@ class DeepSpeedPipeStrategy(Strategy):
             # DeepSpeed's own mixed precision: bf16 weights and activations, fp32 master weights in its optimizer
             "bf16": {"enabled": spec.train.precision == "bf16"},
         }
-        self.engine, _, _, _ = deepspeed.initialize(model=module, optimizer=optimizer, config=config,
-                                                                 dist_init_required=False)
+        self.engine, _, _, _ = deepspeed.initialize(
+            model=module, optimizer=optimizer, config=config, dist_init_required=False
+        )
         self.optimizer = self.engine.optimizer
         self.stage = self.engine.stage_id
         self.replica = self.engine.grid.get_data_parallel_rank()
@@ -198,9 +211,13 @@ class DeepSpeedPipeStrategy(Strategy):
     def _loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         if self._evaluating:  # per micro-batch [CE sum, correct, count], summed after eval_batch
             output = output.float()
-            return torch.stack([F.cross_entropy(output, target, reduction="sum"),
-                                (output.argmax(-1) == target).sum().to(output.dtype),
-                                torch.tensor(float(target.numel()), dtype=output.dtype, device=output.device)])
+            return torch.stack(
+                [
+                    F.cross_entropy(output, target, reduction="sum"),
+                    (output.argmax(-1) == target).sum().to(output.dtype),
+                    torch.tensor(float(target.numel()), dtype=output.dtype, device=output.device),
+                ]
+            )
         return mean_loss(output, target, self.spec.train.label_smoothing)
 
     def _micro_batches(self, x, y):
@@ -209,8 +226,9 @@ class DeepSpeedPipeStrategy(Strategy):
         lo = self.replica * share
         if self.spec.train.precision == "bf16":  # DeepSpeed's bf16 engine takes inputs in the weights' type
             x = x.to(torch.bfloat16)
-        return iter([(x[lo + k : lo + k + self.micro], y[lo + k : lo + k + self.micro])
-                     for k in range(0, share, self.micro)])
+        return iter(
+            [(x[lo + k : lo + k + self.micro], y[lo + k : lo + k + self.micro]) for k in range(0, share, self.micro)]
+        )
 
     def train_step(self, x, y):
         loss = self.engine.train_batch(self._micro_batches(x, y))
@@ -224,8 +242,9 @@ class DeepSpeedPipeStrategy(Strategy):
         # the engine accumulates losses into total_loss, which may hold a scalar left by training
         self.engine.total_loss = None
         try:
-            outputs = self.engine.eval_batch(self._micro_batches(x, y), compute_loss=True, reduce_output=None,
-                                             bcast_loss=False)
+            outputs = self.engine.eval_batch(
+                self._micro_batches(x, y), compute_loss=True, reduce_output=None, bcast_loss=False
+            )
         finally:
             self._evaluating = False
             self.engine.total_loss = None
@@ -236,7 +255,10 @@ class DeepSpeedPipeStrategy(Strategy):
         return summed_eval(self.comm, counts)
 
     def memory_parts(self):
-        return {"parameters": list(self.module.parameters()), "optimizer_state": optimizer_state_tensors(self.engine.optimizer)}
+        return {
+            "parameters": list(self.module.parameters()),
+            "optimizer_state": optimizer_state_tensors(self.engine.optimizer),
+        }
 
     def layout(self):
         return {"stage": self.stage, "replica": self.replica, "layers": list(self.layer_range)}

@@ -102,8 +102,13 @@ class GPipeStrategy(Strategy):
         else:
             devices = [torch.device("cpu")] * S
         self.devices = devices
-        self.model = GPipe(nn.Sequential(*with_precision(layers, spec.train.precision)), balance=balance, devices=devices,
-                           chunks=spec.train.micro_batches, checkpoint=spec.strategy.checkpoint)
+        self.model = GPipe(
+            nn.Sequential(*with_precision(layers, spec.train.precision)),
+            balance=balance,
+            devices=devices,
+            chunks=spec.train.micro_batches,
+            checkpoint=spec.strategy.checkpoint,
+        )
         self.optimizer = make_optimizer(self.model.parameters(), spec.train, spec.steps)
 
     def train_step(self, x, y):

@@ -75,17 +75,22 @@ class PipeliningStrategy(Strategy):
             raise ConfigError(
                 f"strategy.schedule={st.schedule} splits the backward, which skips the hooks DDP reduces gradients "
                 f"with (torch 2.14, pytorch/pytorch#144530: replicas end a step with different weights); run one "
-                f"pipeline, world_size={P}, or interleaved_1f1b or looped_bfs across {n} replicas")
+                f"pipeline, world_size={P}, or interleaved_1f1b or looped_bfs across {n} replicas"
+            )
         if kind.placement == "one":
             if m < P:
-                raise ConfigError(f"torch.distributed.pipelining's schedules need at least one micro-batch per stage: "
-                                  f"train.micro_batches={m} with {P} stages; set train.micro_batches>={P}")
+                raise ConfigError(
+                    f"torch.distributed.pipelining's schedules need at least one micro-batch per stage: "
+                    f"train.micro_batches={m} with {P} stages; set train.micro_batches>={P}"
+                )
             return
         try:  # the library's own rules, by building its schedule; then a replay proves it finishes
             kind.check(P, v, m)
         except schedules.ScheduleError as e:
-            raise ConfigError(f"strategy.schedule={st.schedule} cannot run train.micro_batches={m} on {P} rank(s) x "
-                              f"{v} stage(s) per rank: {e}") from None
+            raise ConfigError(
+                f"strategy.schedule={st.schedule} cannot run train.micro_batches={m} on {P} rank(s) x "
+                f"{v} stage(s) per rank: {e}"
+            ) from None
 
     @classmethod
     def samples_per_forward(cls, spec) -> int:
@@ -104,8 +109,15 @@ class PipeliningStrategy(Strategy):
     @classmethod
     def simulated(cls, spec, profile, cluster):
         # DDP across pipeline replicas overlaps the all-reduce with the last backward
-        return simulated_pipeline(spec, profile, uniform_replicas(spec), spec.strategy.schedule, hides_allreduce=True,
-                                  recompute_rule=spec.strategy.recompute, stages_per_rank=spec.strategy.stages_per_rank)
+        return simulated_pipeline(
+            spec,
+            profile,
+            uniform_replicas(spec),
+            spec.strategy.schedule,
+            hides_allreduce=True,
+            recompute_rule=spec.strategy.recompute,
+            stages_per_rank=spec.strategy.stages_per_rank,
+        )
 
     def __init__(self, spec, layers, ctx, comm):
         # the library (with torch._dynamo, about 2 s to import here) only where this strategy runs:
@@ -138,8 +150,11 @@ class PipeliningStrategy(Strategy):
         for i, (lo, hi) in zip(self.stage_indices, self.layer_ranges):
             module = StageModule(precise[lo:hi], {j - lo for j in self.recompute if lo <= j < hi})
             if spec.train.precision != "fp32":  # cross stages in the run's precision, compute from fp32, as ours
-                module = nn.Sequential(*([_Cast(torch.float32)] if i > 0 else []), module,
-                                       *([_Cast(PRECISIONS[spec.train.precision])] if i < S - 1 else []))
+                module = nn.Sequential(
+                    *([_Cast(torch.float32)] if i > 0 else []),
+                    module,
+                    *([_Cast(PRECISIONS[spec.train.precision])] if i < S - 1 else []),
+                )
             module = module.to(ctx.device)
             self.modules.append(module)
             submodule = module
@@ -150,8 +165,12 @@ class PipeliningStrategy(Strategy):
                 # parameters size", 28 versus 56 at 2 micro-batches); with it DDP skips the rebuild and
                 # walks the last micro-batch's graph once per step, plus one small all-reduce of its map
                 # of used parameters (the price, stated in the README)
-                submodule = DistributedDataParallel(module, process_group=dp_groups[self.stage], find_unused_parameters=True,
-                                                    device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None)
+                submodule = DistributedDataParallel(
+                    module,
+                    process_group=dp_groups[self.stage],
+                    find_unused_parameters=True,
+                    device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None,
+                )
             pipe_stages.append(PipelineStage(submodule, i, S, ctx.device, group=pipe_groups[self.replica]))
         self.params = [p for module in self.modules for p in module.parameters()]
         self.optimizer = make_optimizer(self.params, spec.train, spec.steps)
@@ -226,8 +245,14 @@ class PipeliningStrategy(Strategy):
         return {"parameters": self.params, "optimizer_state": optimizer_state_tensors(self.optimizer)}
 
     def layout(self):
-        return {"stage": self.stage, "replica": self.replica, "stages": self.stage_indices,
-                "layers": [list(r) for r in self.layer_ranges] if len(self.layer_ranges) > 1 else list(self.layer_ranges[0])}
+        return {
+            "stage": self.stage,
+            "replica": self.replica,
+            "stages": self.stage_indices,
+            "layers": [list(r) for r in self.layer_ranges]
+            if len(self.layer_ranges) > 1
+            else list(self.layer_ranges[0]),
+        }
 
     def owned_layers(self):
         return [i for lo, hi in self.layer_ranges for i in range(lo, hi)]

@@ -79,7 +79,7 @@ def _probes(overrides: list[str]) -> list[list[str]]:
     probes = [first]
     for i, vals in enumerate(columns):
         for other in vals[1:]:
-            probes.append([*first[:i], other, *first[i + 1:]])
+            probes.append([*first[:i], other, *first[i + 1 :]])
     return probes
 
 
@@ -103,8 +103,10 @@ def _slurm_placement_error(composed: DictConfig) -> str | None:
     if not places_jobs(composed):
         return None
     if OmegaConf.select(composed, "hydra.launcher.nodes", default=1) != 1:
-        return ("hydra.launcher.nodes is not read with hydra/launcher=slurm: each job gets the nodes its "
-                "world_size needs (world_size / hydra.launcher.tasks_per_node); leave it out")
+        return (
+            "hydra.launcher.nodes is not read with hydra/launcher=slurm: each job gets the nodes its "
+            "world_size needs (world_size / hydra.launcher.tasks_per_node); leave it out"
+        )
     try:
         placement(int(composed.world_size), int(OmegaConf.select(composed, "hydra.launcher.tasks_per_node") or 1))
     except ConfigError as e:
@@ -123,20 +125,28 @@ def check_overrides(overrides: list[str], placed: bool = True) -> str | None:
         try:
             parser.parse_override(line)
         except HydraException as e:
-            return (f"cannot read the override '{line}' ({_first_line(e)}); write key=value, a sweep as "
-                    "key=a,b, a list as key=[a,b] (quote it for the shell)")
+            return (
+                f"cannot read the override '{line}' ({_first_line(e)}); write key=value, a sweep as "
+                "key=a,b, a list as key=[a,b] (quote it for the shell)"
+            )
     known = _known_keys(compose(config_name="config", overrides=[]))
     groups = _groups()
     for override in parser.parse_overrides(overrides):
         key = override.key_or_group
-        if key.split("/")[0].split(".")[0] == "hydra" or override.is_delete() or key.split(".")[0] in groups and \
-                "." not in key:
+        if (
+            key.split("/")[0].split(".")[0] == "hydra"
+            or override.is_delete()
+            or key.split(".")[0] in groups
+            and "." not in key
+        ):
             continue
         if key not in known:
             near = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.6)
             hint = f"; did you mean {near[0]}?" if near else ""
-            return (f"unknown key {key}{hint} (docs/reference/configuration.md lists every key; "
-                    "'+' does not add one: nothing would read it)")
+            return (
+                f"unknown key {key}{hint} (docs/reference/configuration.md lists every key; "
+                "'+' does not add one: nothing would read it)"
+            )
     job = overrides
     try:
         for job in _probes(overrides):
@@ -216,8 +226,9 @@ def show(args: list[str]) -> int:
     overrides = overrides_of(args)
     refused = 0
     with composing():
-        jobs = sweep_jobs(overrides) if any(a in SWEEP_FLAGS for a in args) or _config_sweeps(overrides) \
-            else [overrides]
+        jobs = (
+            sweep_jobs(overrides) if any(a in SWEEP_FLAGS for a in args) or _config_sweeps(overrides) else [overrides]
+        )
         for job in jobs:
             print(f"# {' '.join(job) or '(no overrides)'}")
             try:
@@ -237,10 +248,21 @@ def _config_sweeps(overrides: list[str]) -> bool:
 
 def spec_values(spec: RunSpec) -> dict:
     """The values a run of ``spec`` uses, by config key."""
+
     def plain(node) -> dict:
         return {k: (list(v) if isinstance(v, (tuple, ListConfig)) else v) for k, v in vars(node).items()}
 
-    return {"strategy": plain(spec.strategy), "model": plain(spec.model), "data": plain(spec.data),
-            "train": {**plain(spec.train), "steps": spec.steps}, "launch": {**plain(spec.launch), "device": spec.device},
-            "logger": plain(spec.logger), "world_size": spec.world_size, "seed": spec.seed, "repeat": spec.repeat,
-            "tag": spec.tag, "block": spec.block, "ignored_strategy_keys": spec.ignored}
+    return {
+        "strategy": plain(spec.strategy),
+        "model": plain(spec.model),
+        "data": plain(spec.data),
+        "train": {**plain(spec.train), "steps": spec.steps},
+        "launch": {**plain(spec.launch), "device": spec.device},
+        "logger": plain(spec.logger),
+        "world_size": spec.world_size,
+        "seed": spec.seed,
+        "repeat": spec.repeat,
+        "tag": spec.tag,
+        "block": spec.block,
+        "ignored_strategy_keys": spec.ignored,
+    }

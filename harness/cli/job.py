@@ -24,9 +24,14 @@ from harness.run import launch, preemption
 def known_fields(cfg: DictConfig) -> dict:
     """What a refused run's record can still say about it (interpolations may be broken)."""
     get = lambda key: OmegaConf.select(cfg, key, default=None, throw_on_missing=False)  # noqa: E731
-    return {"strategy": get("strategy.name"), "model": get("model.name"), "data": get("data.name"),
-            "world_size": get("world_size"), "global_batch": get("train.global_batch"),
-            "micro_batches": get("train.micro_batches")}
+    return {
+        "strategy": get("strategy.name"),
+        "model": get("model.name"),
+        "data": get("data.name"),
+        "world_size": get("world_size"),
+        "global_batch": get("train.global_batch"),
+        "micro_batches": get("train.micro_batches"),
+    }
 
 
 def summary_line(rec: dict, output_dir: str) -> str:
@@ -35,11 +40,19 @@ def summary_line(rec: dict, output_dir: str) -> str:
         return f"FAILED {head}: {rec.get('error')}  [{output_dir}]"
     mem = rec.get("peak_memory_bytes")
     mem_s = f"{mem / 2**20:.1f} MiB" if mem else "n/a"
-    speed = (f"{rec['throughput']:.1f} samples/s (step {rec['step_time_s'] * 1e3:.1f} ms)" if rec.get("throughput")
-             else "no timed step")
+    speed = (
+        f"{rec['throughput']:.1f} samples/s (step {rec['step_time_s'] * 1e3:.1f} ms)"
+        if rec.get("throughput")
+        else "no timed step"
+    )
     loss = rec.get("final_loss")
-    loss_s = (f"diverged at step {rec['diverged_at_step']}" if rec.get("diverged_at_step") is not None
-              else f"loss {loss:.3f}" if loss is not None else "no loss")
+    loss_s = (
+        f"diverged at step {rec['diverged_at_step']}"
+        if rec.get("diverged_at_step") is not None
+        else f"loss {loss:.3f}"
+        if loss is not None
+        else "no loss"
+    )
     top1 = f"{rec['accuracy'] * 100:.1f}%" if rec.get("accuracy") is not None else "n/a"
     return f"ok {head}: {speed}, peak {mem_s}/rank, top-1 {top1}, {loss_s}  [{output_dir}]"
 
@@ -63,8 +76,11 @@ def _run_preemptible(spec, output_dir: str) -> dict:
         if stopped is None:
             return rec
         count = watch.record_stop(stopped)
-        rec.update(status="failed", error=f"stopped by {watch.signum.name} after step {stopped} with a checkpoint "
-                                          f"(stop {count}); a requeued job resumes it, or train.resume={output_dir}")
+        rec.update(
+            status="failed",
+            error=f"stopped by {watch.signum.name} after step {stopped} with a checkpoint "
+            f"(stop {count}); a requeued job resumes it, or train.resume={output_dir}",
+        )
         record_mod.write(output_dir, rec)
         print("\n" + summary_line(rec, output_dir), file=sys.stderr, flush=True)
         watch.hand_over()  # submitit requeues the job and ends this process
@@ -92,10 +108,16 @@ def task(cfg: DictConfig) -> None:
     live = None
     if joined is None or joined[0] == 0:  # one wandb run per job, on rank 0's process
         group = spec.logger.group or (sweep_group(hc.sweep.dir) if multirun else None)
-        live = LiveRun(output_dir, spec.logger.mode, spec.logger.project, spec.logger.entity, group, "train",
-                       {**OmegaConf.to_container(cfg, resolve=True), "variant": spec.variant(),
-                        "environment": environment()},
-                       spec.summary()).follow()
+        live = LiveRun(
+            output_dir,
+            spec.logger.mode,
+            spec.logger.project,
+            spec.logger.entity,
+            group,
+            "train",
+            {**OmegaConf.to_container(cfg, resolve=True), "variant": spec.variant(), "environment": environment()},
+            spec.summary(),
+        ).follow()
     try:
         rec = _run_preemptible(spec, output_dir)
     except launch.Interrupted as e:

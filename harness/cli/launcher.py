@@ -23,8 +23,10 @@ def placement(world_size: int, per_node: int) -> tuple[int, int]:
     if world_size <= per_node:
         return 1, world_size
     if world_size % per_node:
-        raise ConfigError(f"world_size={world_size} does not fill whole nodes of {per_node} tasks "
-                          f"(hydra.launcher.tasks_per_node); use a multiple of {per_node}")
+        raise ConfigError(
+            f"world_size={world_size} does not fill whole nodes of {per_node} tasks "
+            f"(hydra.launcher.tasks_per_node); use a multiple of {per_node}"
+        )
     return world_size // per_node, per_node
 
 

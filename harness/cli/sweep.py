@@ -35,7 +35,9 @@ class SweepTableCallback(Callback):
     def on_multirun_start(self, config, **kwargs) -> None:
         sweep_dir = config.hydra.sweep.dir
         os.makedirs(sweep_dir, exist_ok=True)
-        group = f"{os.path.basename(os.path.normpath(sweep_dir))}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+        group = (
+            f"{os.path.basename(os.path.normpath(sweep_dir))}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+        )
         with open(os.path.join(sweep_dir, _SWEEP_FILE), "w") as f:
             json.dump({"group": group, "started": time.time()}, f)
 
@@ -51,16 +53,25 @@ class SweepTableCallback(Callback):
         table, written = write_outputs([sweep_dir], sweep_dir, machine=True)
         figures = [p for p in written if os.sep + "figures" + os.sep in p]
         logger = config.get("logger", {})
-        outputs = [os.path.join(sweep_dir, name) for name in ("results.md", "results.csv", "results.tex",
-                                                              "machine.json", "figures")]
-        log_comparison(frame_for_programs(build(df, "all")), sweep_dir, [p for p in outputs if os.path.exists(p)],
-                       logger.get("mode"), logger.get("project"), logger.get("entity"),
-                       logger.get("group") or sweep_group(sweep_dir))
+        outputs = [
+            os.path.join(sweep_dir, name)
+            for name in ("results.md", "results.csv", "results.tex", "machine.json", "figures")
+        ]
+        log_comparison(
+            frame_for_programs(build(df, "all")),
+            sweep_dir,
+            [p for p in outputs if os.path.exists(p)],
+            logger.get("mode"),
+            logger.get("project"),
+            logger.get("entity"),
+            logger.get("group") or sweep_group(sweep_dir),
+        )
         failed = int((df["status"] != "ok").sum())
         SWEEP_FAILURES.append(failed)
         print(f"\nResults of {len(df)} run(s) in {sweep_dir}:\n")
         print(table)
         print(f"\ntables: {sweep_dir}/results.{{md,csv,tex}}; {len(figures)} figure file(s) in {sweep_dir}/figures")
         if failed:
-            print(f"\n{failed} run(s) failed; see the notes under the table and each run's metrics.json",
-                  file=sys.stderr)
+            print(
+                f"\n{failed} run(s) failed; see the notes under the table and each run's metrics.json", file=sys.stderr
+            )

@@ -60,8 +60,9 @@ def version() -> str:
         ours = "unknown (not installed)"
     here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     try:
-        git = subprocess.run(["git", "-C", here, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                             timeout=10)
+        git = subprocess.run(
+            ["git", "-C", here, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10
+        )
         commit = git.stdout.strip() if git.returncode == 0 and os.path.isdir(os.path.join(here, "harness")) else ""
     except (OSError, subprocess.SubprocessError):
         commit = ""
@@ -74,11 +75,14 @@ def version() -> str:
 
 def top_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="pipebench", formatter_class=argparse.RawDescriptionHelpFormatter,
+        prog="pipebench",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Benchmarking harness for hybrid pipeline-parallel training: AshPipe and Hippie against "
-                    "DDP, GPipe, DeepSpeed and torch.distributed.pipelining.",
-        epilog="commands:\n" + "\n".join(f"  {verb:<12} {line}" for verb, line in VERBS.items())
-               + "\n\n`pipebench <command> --help` for one command; `python -m harness` alone runs the main job.")
+        "DDP, GPipe, DeepSpeed and torch.distributed.pipelining.",
+        epilog="commands:\n"
+        + "\n".join(f"  {verb:<12} {line}" for verb, line in VERBS.items())
+        + "\n\n`pipebench <command> --help` for one command; `python -m harness` alone runs the main job.",
+    )
     parser.add_argument("--version", action="version", version=version())
     parser.add_argument("command", nargs="?", metavar="<command>", help="one of the commands below")
     return parser
@@ -93,15 +97,21 @@ def verb_parser(verb: str) -> argparse.ArgumentParser:
     mod = module(verb)
     doc = (mod.__doc__ or VERBS[verb]).strip().replace("``", "")  # docstring markup, not for a terminal
     if getattr(mod, "OVERRIDES", False):
-        parser = argparse.ArgumentParser(prog=f"pipebench {verb}", formatter_class=argparse.RawDescriptionHelpFormatter,
-                                         description=doc, epilog=HYDRA_FLAGS_HELP)
+        parser = argparse.ArgumentParser(
+            prog=f"pipebench {verb}",
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+            description=doc,
+            epilog=HYDRA_FLAGS_HELP,
+        )
         parser.add_argument("overrides", nargs="*", metavar="key=value", help="Hydra overrides of conf/")
         parser.add_argument("-m", "--multirun", action="store_true", help="run a sweep over the swept keys")
-        parser.add_argument("--show", action="store_true",
-                            help="print each job's validated values (defaults filled in) and exit")
+        parser.add_argument(
+            "--show", action="store_true", help="print each job's validated values (defaults filled in) and exit"
+        )
         return parser
-    parser = argparse.ArgumentParser(prog=f"pipebench {verb}", formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     description=doc)
+    parser = argparse.ArgumentParser(
+        prog=f"pipebench {verb}", formatter_class=argparse.RawDescriptionHelpFormatter, description=doc
+    )
     mod.add_arguments(parser)
     return parser
 
@@ -161,8 +171,11 @@ def main(argv: list[str] | None = None, default: str | None = None) -> int:
     parser = top_parser()
     if argv and not argv[0].startswith("-"):
         near = difflib.get_close_matches(argv[0], list(VERBS), n=1)
-        print(f"error: unknown command '{argv[0]}'{f'; did you mean {near[0]}?' if near else ''} "
-              f"(the commands: {', '.join(VERBS)})", file=sys.stderr)
+        print(
+            f"error: unknown command '{argv[0]}'{f'; did you mean {near[0]}?' if near else ''} "
+            f"(the commands: {', '.join(VERBS)})",
+            file=sys.stderr,
+        )
         return 2
     parser.parse_args(argv)  # --help and --version print and exit here
     parser.print_help()

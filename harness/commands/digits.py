@@ -32,8 +32,10 @@ def digits_splits(seed: int = 0) -> dict[str, tuple[np.ndarray, list[int]]]:
     order = np.random.default_rng(seed).permutation(len(images))
     n_test = int(round(TEST_FRACTION * len(images)))
     test, train = order[:n_test], order[n_test:]
-    return {"train": (images[train], digits.target[train].tolist()),
-            "test": (images[test], digits.target[test].tolist())}
+    return {
+        "train": (images[train], digits.target[train].tolist()),
+        "test": (images[test], digits.target[test].tolist()),
+    }
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

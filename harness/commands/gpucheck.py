@@ -60,18 +60,29 @@ def check_device(ctx: Context) -> str:
     device = torch.device("cuda", 0)
     peak, source = device_peak(device, "bf16", 0)
     nccl = environment()["nccl"]
-    ctx.results["device"] = {"name": torch.cuda.get_device_name(device), "count": torch.cuda.device_count(),
-                             "torch": torch.__version__, "cuda": torch.version.cuda, "nccl": nccl,
-                             "bf16_peak_flops": peak, "peak_source": source}
+    ctx.results["device"] = {
+        "name": torch.cuda.get_device_name(device),
+        "count": torch.cuda.device_count(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "nccl": nccl,
+        "bf16_peak_flops": peak,
+        "peak_source": source,
+    }
     peak_text = f"{peak / 1e12:.0f} TFLOP/s" if peak else "unknown"
-    return (f"{torch.cuda.get_device_name(device)} x{torch.cuda.device_count()}, torch {torch.__version__}, "
-            f"CUDA {torch.version.cuda}, NCCL {nccl}; bf16 dense peak {peak_text} ({source})")
+    return (
+        f"{torch.cuda.get_device_name(device)} x{torch.cuda.device_count()}, torch {torch.__version__}, "
+        f"CUDA {torch.version.cuda}, NCCL {nccl}; bf16 dense peak {peak_text} ({source})"
+    )
 
 
 def _kernel_seconds(prof) -> float:
     """Union of the device's activity (kernels, copies) in a profile, in seconds."""
-    spans = sorted((e.start_ns(), e.start_ns() + e.duration_ns()) for e in prof.profiler.kineto_results.events()
-                   if e.device_type() == torch.autograd.DeviceType.CUDA)
+    spans = sorted(
+        (e.start_ns(), e.start_ns() + e.duration_ns())
+        for e in prof.profiler.kineto_results.events()
+        if e.device_type() == torch.autograd.DeviceType.CUDA
+    )
     busy, covered = 0, None
     for start, end in spans:
         covered = start if covered is None else max(covered, start)
@@ -103,10 +114,11 @@ def check_event_timing(ctx: Context) -> str:
         events_s = timer.elapsed(start, end)
     kernels_s = _kernel_seconds(prof)
     error = events_s / kernels_s - 1
-    ctx.results["event_timing"] = {"events_s": events_s, "kernels_s": kernels_s, "host_clock_s": host,
-                                   "error": error}
-    line = (f"CUDA events {events_s * 1e3:.1f} ms, profiler's kernels {kernels_s * 1e3:.1f} ms ({error:+.1%}); "
-            f"the host clock around the same launches read {host * 1e3:.1f} ms")
+    ctx.results["event_timing"] = {"events_s": events_s, "kernels_s": kernels_s, "host_clock_s": host, "error": error}
+    line = (
+        f"CUDA events {events_s * 1e3:.1f} ms, profiler's kernels {kernels_s * 1e3:.1f} ms ({error:+.1%}); "
+        f"the host clock around the same launches read {host * 1e3:.1f} ms"
+    )
     if abs(error) > _TOLERANCE:
         raise AssertionError(line + f": beyond {_TOLERANCE:.0%}")
     return line
@@ -124,8 +136,10 @@ def check_no_stray_copies(ctx: Context) -> str:
     after = torch.cuda.memory_allocated(device)
     on_gpu = sum(p.is_cuda for layer in layers for p in layer.parameters())
     ctx.results["stray_copies"] = {"before": before, "during": during, "after": after, "parameters_on_gpu": on_gpu}
-    line = (f"ViT-B measured on the GPU: {during / 2**20:.0f} MiB allocated during, {(after - before) / 2**20:+.1f} "
-            f"MiB left after, {on_gpu} parameter tensors left on the GPU")
+    line = (
+        f"ViT-B measured on the GPU: {during / 2**20:.0f} MiB allocated during, {(after - before) / 2**20:+.1f} "
+        f"MiB left after, {on_gpu} parameter tensors left on the GPU"
+    )
     if on_gpu or after - before > 2**20:
         raise AssertionError(line)
     return line
@@ -148,15 +162,37 @@ def _harness(ctx: Context, name: str, verb: str, *overrides: str) -> subprocess.
 
 def _run(ctx: Context, name: str, *overrides: str) -> dict:
     folder = os.path.join(ctx.out, name)
-    _harness(ctx, name, "run", *overrides, f"launch.device={ctx.device}", "logger.mode=disabled",
-             f"train.steps={ctx.steps}", "train.warmup_steps=4", "train.eval_samples=1024",
-             "data.train_size=4096", "data.test_size=1024", f"hydra.run.dir={folder}")
+    _harness(
+        ctx,
+        name,
+        "run",
+        *overrides,
+        f"launch.device={ctx.device}",
+        "logger.mode=disabled",
+        f"train.steps={ctx.steps}",
+        "train.warmup_steps=4",
+        "train.eval_samples=1024",
+        "data.train_size=4096",
+        "data.test_size=1024",
+        f"hydra.run.dir={folder}",
+    )
     with open(os.path.join(folder, "metrics.json")) as f:
         record = json.load(f)
     if record["status"] != "ok":
         raise AssertionError(f"record marked {record['status']}: {record.get('error')}")
-    ctx.results[name] = {k: record.get(k) for k in ("throughput", "step_time_s", "peak_memory_bytes", "memory_method",
-                                                     "mfu", "hfu", "tflops_per_device", "precision")}
+    ctx.results[name] = {
+        k: record.get(k)
+        for k in (
+            "throughput",
+            "step_time_s",
+            "peak_memory_bytes",
+            "memory_method",
+            "mfu",
+            "hfu",
+            "tflops_per_device",
+            "precision",
+        )
+    }
     problems = []
     if record["memory_method"] != f"{ctx.device}_max_allocated_step" and ctx.device == "cuda":
         problems.append(f"memory measured by {record['memory_method']}")
@@ -171,8 +207,10 @@ def _run(ctx: Context, name: str, *overrides: str) -> dict:
 
 
 def _summary(record: dict) -> str:
-    return (f"{record['throughput']:.0f} samples/s, {record['tflops_per_device']:.1f} TFLOP/s per GPU, "
-            f"MFU {record['mfu']:.1%}, HFU {record['hfu']:.1%}, peak {record['peak_memory_bytes'] / 2**30:.2f} GiB")
+    return (
+        f"{record['throughput']:.0f} samples/s, {record['tflops_per_device']:.1f} TFLOP/s per GPU, "
+        f"MFU {record['mfu']:.1%}, HFU {record['hfu']:.1%}, peak {record['peak_memory_bytes'] / 2**30:.2f} GiB"
+    )
 
 
 _VIT_B = ("model=vit_base", "train.global_batch=256")
@@ -191,20 +229,40 @@ def check_ddp_bf16(ctx: Context) -> str:
 def check_executor(ctx: Context) -> str:
     """Our runtime's executor on the GPU: its device-timed actions must cover the step, not
     the launches (host clocks would read a fraction of it)."""
-    record = _run(ctx, "hippie_bf16", "strategy=hippie", "world_size=1", "strategy.stages=1",
-                  "strategy.recompute=all", "train.micro_batches=4", "train.precision=bf16", *_VIT_B)
+    record = _run(
+        ctx,
+        "hippie_bf16",
+        "strategy=hippie",
+        "world_size=1",
+        "strategy.stages=1",
+        "strategy.recompute=all",
+        "train.micro_batches=4",
+        "train.precision=bf16",
+        *_VIT_B,
+    )
     split = record["per_rank"][0]["time_split"]
     covered = (split["compute_s"] + split["comm_s"] + split["idle_s"]) / record["step_time_s"]
-    line = ("Hippie executor, 1 stage x 4 micro-batches, recompute all, bf16: " + _summary(record)
-            + f"; device-timed actions cover {covered:.0%} of the step")
+    line = (
+        "Hippie executor, 1 stage x 4 micro-batches, recompute all, bf16: "
+        + _summary(record)
+        + f"; device-timed actions cover {covered:.0%} of the step"
+    )
     if not 0.9 <= covered <= 1.05:
         raise AssertionError(line)
     return line
 
 
 def check_torchgpipe(ctx: Context) -> str:
-    record = _run(ctx, "gpipe_bf16", "strategy=gpipe", "world_size=2", "strategy.devices=1",
-                  "train.micro_batches=4", "train.precision=bf16", *_VIT_B)
+    record = _run(
+        ctx,
+        "gpipe_bf16",
+        "strategy=gpipe",
+        "world_size=2",
+        "strategy.devices=1",
+        "train.micro_batches=4",
+        "train.precision=bf16",
+        *_VIT_B,
+    )
     return "torchgpipe, 2 partitions on cuda:0, 4 micro-batches, bf16: " + _summary(record)
 
 
@@ -216,31 +274,64 @@ def check_profiles(ctx: Context) -> str:
     for model in ("vit_h14", "vit_base"):
         path = os.path.join(ctx.profiles, f"{model}-cuda-bf16.json")
         started = time.perf_counter()
-        _harness(ctx, f"profile_{model}", "profile", f"model={model}", "strategy=hippie", "world_size=16",
-                 "train.global_batch=256", "train.micro_batches=8", "launch.device=cuda", "train.precision=bf16",
-                 f"sim.out={path}")
+        _harness(
+            ctx,
+            f"profile_{model}",
+            "profile",
+            f"model={model}",
+            "strategy=hippie",
+            "world_size=16",
+            "train.global_batch=256",
+            "train.micro_batches=8",
+            "launch.device=cuda",
+            "train.precision=bf16",
+            f"sim.out={path}",
+        )
         with open(path) as f:
             profile = json.load(f)
         per_sample = sum(l["forward_s"] + l["backward_s"] for l in profile["layers"])
         lines.append(f"{model} {per_sample * 1e3:.2f} ms/sample fwd+bwd ({time.perf_counter() - started:.0f} s)")
-    plan = _harness(ctx, "plan_vit_h14", "plan", "model=vit_h14", "world_size=8", "train.global_batch=256",
-                    "launch.device=cuda", "train.precision=bf16", "strategy.bandwidth_gbps=150",
-                    "strategy.memory_limit=80")
-    chosen = next((l.split(": ", 1)[-1] for l in plan.stdout.splitlines() if l.startswith("AshPipe plan")), "no plan line")
+    plan = _harness(
+        ctx,
+        "plan_vit_h14",
+        "plan",
+        "model=vit_h14",
+        "world_size=8",
+        "train.global_batch=256",
+        "launch.device=cuda",
+        "train.precision=bf16",
+        "strategy.bandwidth_gbps=150",
+        "strategy.memory_limit=80",
+    )
+    chosen = next(
+        (l.split(": ", 1)[-1] for l in plan.stdout.splitlines() if l.startswith("AshPipe plan")), "no plan line"
+    )
     return "profiles: " + "; ".join(lines) + f"; planner for 8 GPUs: {chosen}"
 
 
-CHECKS = [("device", check_device), ("event-timing", check_event_timing), ("no-stray-copies", check_no_stray_copies),
-          ("ddp-fp32", check_ddp_fp32), ("ddp-bf16", check_ddp_bf16), ("executor", check_executor),
-          ("torchgpipe", check_torchgpipe), ("profiles", check_profiles)]
+CHECKS = [
+    ("device", check_device),
+    ("event-timing", check_event_timing),
+    ("no-stray-copies", check_no_stray_copies),
+    ("ddp-fp32", check_ddp_fp32),
+    ("ddp-bf16", check_ddp_bf16),
+    ("executor", check_executor),
+    ("torchgpipe", check_torchgpipe),
+    ("profiles", check_profiles),
+]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", default=os.path.join("outputs", "gpucheck", time.strftime("%Y-%m-%d_%H-%M-%S")),
-                        help="folder for the runs' records, logs and gpucheck.json")
+    parser.add_argument(
+        "--out",
+        default=os.path.join("outputs", "gpucheck", time.strftime("%Y-%m-%d_%H-%M-%S")),
+        help="folder for the runs' records, logs and gpucheck.json",
+    )
     parser.add_argument("--profiles", default=None, help="where the CUDA profiles go (default: OUT/profiles)")
     parser.add_argument("--steps", type=int, default=20, help="steps of each run (default 20)")
-    parser.add_argument("--only", default=None, help=f"comma-separated check names to run, of {', '.join(n for n, _ in CHECKS)}")
+    parser.add_argument(
+        "--only", default=None, help=f"comma-separated check names to run, of {', '.join(n for n, _ in CHECKS)}"
+    )
 
 
 def main(args: argparse.Namespace) -> int:

@@ -35,9 +35,11 @@ OVERRIDES = True
 def task(cfg: DictConfig) -> None:
     spec = spec_or_exit(cfg, launching=False)  # plans for a cluster, not for this host
     if not issubclass(spec.strategy_cls, AshPipeStrategy):
-        print(f"error: pipebench plan plans AshPipe's stages and replicas; strategy={spec.strategy.name} "
-              "has no planner (drop the strategy override, or use pipebench preview to see its layout)",
-              file=sys.stderr)
+        print(
+            f"error: pipebench plan plans AshPipe's stages and replicas; strategy={spec.strategy.name} "
+            "has no planner (drop the strategy override, or use pipebench preview to see its layout)",
+            file=sys.stderr,
+        )
         raise SystemExit(2)
     try:
         device = torch.device("cuda" if spec.device == "cuda" else "cpu")
@@ -51,8 +53,10 @@ def task(cfg: DictConfig) -> None:
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(2) from None
-    print(f"network: p2p {network.p2p_bytes_per_s / 1e9:.2f} GB/s, all-reduce {network.allreduce_bytes_per_s / 1e9:.2f} "
-          f"GB/s, latency {network.latency_s * 1e6:.0f} us")
+    print(
+        f"network: p2p {network.p2p_bytes_per_s / 1e9:.2f} GB/s, all-reduce {network.allreduce_bytes_per_s / 1e9:.2f} "
+        f"GB/s, latency {network.latency_s * 1e6:.0f} us"
+    )
     dp = data_parallel_cost(profile, spec.world_size, spec.train.global_batch)
     print(chosen.describe([type(l).__name__ for l in layers], dp))
 

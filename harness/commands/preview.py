@@ -48,9 +48,11 @@ def describe(job: list[str], shown: list[str]) -> dict:
             row.update(nodes=nodes, **{"tasks/node": tasks})
         spec = build_spec(cfg, launching=not remote)
         if remote and spec.strategy_cls.processes(spec) != spec.world_size:
-            raise ConfigError(f"strategy={spec.strategy.name} runs {spec.strategy_cls.processes(spec)} process(es) "
-                              f"for {spec.world_size} devices, but the Slurm preset starts one task per device: run it "
-                              "in a job of its own (one task with all of a node's GPUs)")
+            raise ConfigError(
+                f"strategy={spec.strategy.name} runs {spec.strategy_cls.processes(spec)} process(es) "
+                f"for {spec.world_size} devices, but the Slurm preset starts one task per device: run it "
+                "in a job of its own (one task with all of a node's GPUs)"
+            )
     except ConfigError as e:
         return {**row, "status": f"refused: {e}"}
     row["strategy"] = spec.strategy.name + (f" ({spec.variant()})" if spec.variant() else "")
@@ -63,18 +65,24 @@ def describe(job: list[str], shown: list[str]) -> dict:
     pred = made.prediction
     run_min = pred.iteration_s * spec.steps / 60
     peak_gib = max(pred.peak_memory_per_stage) / 2**30
-    row.update({"layout": f"replicas {pred.replicas}, boundaries {pred.boundaries}",
-                "predicted step ms": round(pred.iteration_s * 1e3, 2),
-                "predicted samples/s": round(pred.throughput, 1),
-                "predicted run min": round(run_min, 2),
-                f"peak GiB/device (of {made.cluster.memory_gib:g})": round(peak_gib, 2)})
+    row.update(
+        {
+            "layout": f"replicas {pred.replicas}, boundaries {pred.boundaries}",
+            "predicted step ms": round(pred.iteration_s * 1e3, 2),
+            "predicted samples/s": round(pred.throughput, 1),
+            "predicted run min": round(run_min, 2),
+            f"peak GiB/device (of {made.cluster.memory_gib:g})": round(peak_gib, 2),
+        }
+    )
     notes = []
     if made.cluster.memory_gib and peak_gib > made.cluster.memory_gib:
         notes.append("predicted out of memory")
     if remote and launcher.get("timeout_min") and run_min > launcher.timeout_min:
         notes.append(f"longer than hydra.launcher.timeout_min={launcher.timeout_min}: it will be requeued")
-    return {**row, "status": f"ok (predicted on {made.cluster.name} from {made.source}"
-                             + "".join(f"; {n}" for n in notes) + ")"}
+    return {
+        **row,
+        "status": f"ok (predicted on {made.cluster.name} from {made.source}" + "".join(f"; {n}" for n in notes) + ")",
+    }
 
 
 def main(args: list[str]) -> int:

@@ -41,9 +41,11 @@ def task(cfg: DictConfig) -> None:
     spec = spec_or_exit(cfg, launching=False)  # a profile stands for workers on other hosts
     runtime = spec.sim.runtime_overhead
     if runtime and spec.device == "cuda" and spec.strategy_cls.gpus(spec) > torch.cuda.device_count():
-        print(f"note: the runtime overhead is measured by running {spec.strategy.name} itself, which needs "
-              f"{spec.strategy_cls.gpus(spec)} GPUs here; not measured (predictions for this host leave it out)",
-              flush=True)
+        print(
+            f"note: the runtime overhead is measured by running {spec.strategy.name} itself, which needs "
+            f"{spec.strategy_cls.gpus(spec)} GPUs here; not measured (predictions for this host leave it out)",
+            flush=True,
+        )
         runtime = False
     if spec.sim.profile:
         out = spec.sim.out or spec.sim.profile
@@ -58,12 +60,17 @@ def task(cfg: DictConfig) -> None:
     with open(out, "w") as f:
         f.write(profile.to_json())
     total = sum(l.forward_s + l.backward_s for l in profile.layers) * profile.batch
-    overheads = "; ".join(f"{rt['strategy']} {rt['schedule']} {rt['per_action_s'] * 1e3:.2f} ms per action and "
-                          f"{rt['per_step_s'] * 1e3:.2f} ms per step" for rt in profile.runtime or [])
-    print(f"wrote {out}: {len(profile.layers)} layers, {total * 1e3:.1f} ms forward+backward for "
-          f"{profile.batch} samples, p2p {profile.network.p2p_bytes_per_s / 1e9:.2f} GB/s, "
-          f"all-reduce {profile.network.allreduce_bytes_per_s / 1e9:.2f} GB/s"
-          + (f"; runtime overheads: {overheads}" if overheads else ""))
+    overheads = "; ".join(
+        f"{rt['strategy']} {rt['schedule']} {rt['per_action_s'] * 1e3:.2f} ms per action and "
+        f"{rt['per_step_s'] * 1e3:.2f} ms per step"
+        for rt in profile.runtime or []
+    )
+    print(
+        f"wrote {out}: {len(profile.layers)} layers, {total * 1e3:.1f} ms forward+backward for "
+        f"{profile.batch} samples, p2p {profile.network.p2p_bytes_per_s / 1e9:.2f} GB/s, "
+        f"all-reduce {profile.network.allreduce_bytes_per_s / 1e9:.2f} GB/s"
+        + (f"; runtime overheads: {overheads}" if overheads else "")
+    )
 
 
 def _read_or_exit(path: str) -> Profile:
@@ -78,13 +85,19 @@ def _add_to(spec, profile: Profile, runtime: bool) -> Profile:
     """``profile`` with ``spec``'s strategy's runtime overhead measured and added (replacing an
     earlier one of the same strategy and schedule); exit 2 where it profiled another model."""
     if profile.meta.get("model") != spec.model.name:
-        print(f"error: sim.profile={spec.sim.profile} profiled model {profile.meta.get('model')}, not "
-              f"{spec.model.name}: give model={profile.meta.get('model')}, or profile {spec.model.name} without "
-              "sim.profile", file=sys.stderr)
+        print(
+            f"error: sim.profile={spec.sim.profile} profiled model {profile.meta.get('model')}, not "
+            f"{spec.model.name}: give model={profile.meta.get('model')}, or profile {spec.model.name} without "
+            "sim.profile",
+            file=sys.stderr,
+        )
         raise SystemExit(2)
     if not runtime:
-        print("error: sim.profile with pipebench profile adds a runtime overhead, which sim.runtime_overhead=false "
-              "(or a host without the GPUs it needs) leaves out: nothing to do", file=sys.stderr)
+        print(
+            "error: sim.profile with pipebench profile adds a runtime overhead, which sim.runtime_overhead=false "
+            "(or a host without the GPUs it needs) leaves out: nothing to do",
+            file=sys.stderr,
+        )
         raise SystemExit(2)
     _measure_runtime(spec, profile)
     return profile

@@ -29,25 +29,48 @@ from harness.report.tables import FORMATS, load_raw, render, to_frame, write_out
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("sources", nargs="+", metavar="SOURCE",
-                        help="sweep/run directories, metrics.json files, wandb run folders or wandb:entity/project[/group]")
+    parser.add_argument(
+        "sources",
+        nargs="+",
+        metavar="SOURCE",
+        help="sweep/run directories, metrics.json files, wandb run folders or wandb:entity/project[/group]",
+    )
     parser.add_argument("--format", choices=list(FORMATS), default="md")
-    parser.add_argument("--columns", default=columns.DEFAULT_SET, metavar="SET|KEYS",
-                        help=f"a column set ({', '.join(columns.set_names())}; default {columns.DEFAULT_SET}) or "
-                             "comma-separated column keys (docs: reference/commands)")
-    parser.add_argument("--out", metavar="DIR",
-                        help="write results.{md,csv,tex} and figures/ into DIR instead of printing the table (and "
-                             "paired.{md,csv}, each configuration against DP by seed, where seeds pair with DP)")
+    parser.add_argument(
+        "--columns",
+        default=columns.DEFAULT_SET,
+        metavar="SET|KEYS",
+        help=f"a column set ({', '.join(columns.set_names())}; default {columns.DEFAULT_SET}) or "
+        "comma-separated column keys (docs: reference/commands)",
+    )
+    parser.add_argument(
+        "--out",
+        metavar="DIR",
+        help="write results.{md,csv,tex} and figures/ into DIR instead of printing the table (and "
+        "paired.{md,csv}, each configuration against DP by seed, where seeds pair with DP)",
+    )
     parser.add_argument("--figures", metavar="DIR", help="also draw the figures (PNG and PDF) into DIR")
-    parser.add_argument("--against", nargs="+", metavar="B",
-                        help="compare the SOURCE runs (A) with these: per configuration in both, each figure's "
-                             "ratio A/B with its 95%% interval; --out writes against.{md,csv,tex}")
-    parser.add_argument("--ignore", metavar="SETTINGS", default="",
-                        help="with --against: comma-separated settings (train.steps, micro_batches) to leave out "
-                             "when matching configurations")
-    parser.add_argument("--target", type=float, metavar="ACCURACY",
-                        help="time and steps to this test accuracy (a fraction), read from the runs' curves, "
-                             "instead of the train.target_accuracy each run was given")
+    parser.add_argument(
+        "--against",
+        nargs="+",
+        metavar="B",
+        help="compare the SOURCE runs (A) with these: per configuration in both, each figure's "
+        "ratio A/B with its 95%% interval; --out writes against.{md,csv,tex}",
+    )
+    parser.add_argument(
+        "--ignore",
+        metavar="SETTINGS",
+        default="",
+        help="with --against: comma-separated settings (train.steps, micro_batches) to leave out "
+        "when matching configurations",
+    )
+    parser.add_argument(
+        "--target",
+        type=float,
+        metavar="ACCURACY",
+        help="time and steps to this test accuracy (a fraction), read from the runs' curves, "
+        "instead of the train.target_accuracy each run was given",
+    )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -65,8 +88,9 @@ def main(args: argparse.Namespace) -> int:
     if args.against is not None and args.figures:
         print("error: --figures draws one sweep's figures; run it without --against", file=sys.stderr)
         return 2
-    missing = [s for s in [*args.sources, *(args.against or [])]
-               if not s.startswith("wandb:") and not os.path.exists(s)]
+    missing = [
+        s for s in [*args.sources, *(args.against or [])] if not s.startswith("wandb:") and not os.path.exists(s)
+    ]
     if missing:
         print(f"error: {missing[0]}: no such file or folder", file=sys.stderr)
         return 2
@@ -75,8 +99,11 @@ def main(args: argparse.Namespace) -> int:
     for sources in sides:
         records = load_raw(sources)
         if not records:
-            print(f"error: no readable {RECORD_FILE} under {', '.join(sources)} (none found, or none of this "
-                  "harness's record schema)", file=sys.stderr)
+            print(
+                f"error: no readable {RECORD_FILE} under {', '.join(sources)} (none found, or none of this "
+                "harness's record schema)",
+                file=sys.stderr,
+            )
             return 2
         loaded.append(retargeted(records, args.target) if args.target is not None else records)
     if args.against is not None:
@@ -97,8 +124,9 @@ def main(args: argparse.Namespace) -> int:
 def _against(args: argparse.Namespace, a: list[dict], b: list[dict]) -> int:
     names = tuple(", ".join(sources) for sources in (args.sources, args.against))
     try:
-        result = against.compare(to_frame(a), to_frame(b), args.columns, names,
-                                 tuple(k.strip() for k in args.ignore.split(",") if k.strip()))
+        result = against.compare(
+            to_frame(a), to_frame(b), args.columns, names, tuple(k.strip() for k in args.ignore.split(",") if k.strip())
+        )
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

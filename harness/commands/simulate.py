@@ -55,17 +55,34 @@ def task(cfg: DictConfig) -> None:
         rec.update(made.spread.record())
     computes = spec.strategy_cls.samples_per_forward(spec)
     if computes != profile.batch:
-        print(f"note: the profile was measured at {profile.batch} samples per forward, this "
-              f"{spec.strategy.name} run computes {computes} per worker at a time; per-sample cost depends "
-              "on it, so a profile taken with this strategy's settings predicts it more closely", file=sys.stderr)
+        print(
+            f"note: the profile was measured at {profile.batch} samples per forward, this "
+            f"{spec.strategy.name} run computes {computes} per worker at a time; per-sample cost depends "
+            "on it, so a profile taken with this strategy's settings predicts it more closely",
+            file=sys.stderr,
+        )
     record_mod.write(hc.runtime.output_dir, rec)
     group = spec.logger.group or (sweep_group(hc.sweep.dir) if hc.mode == RunMode.MULTIRUN else None)
-    LiveRun(hc.runtime.output_dir, spec.logger.mode, spec.logger.project, spec.logger.entity, group, "simulate",
-            OmegaConf.to_container(cfg, resolve=True), {**spec.summary(), "tag": spec.tag}).finish(rec, 0)
-    print(f"simulated {pred.strategy} w={pred.world_size} on {spec.cluster.name}: {pred.throughput:.1f} samples/s "
-          f"(iteration {pred.iteration_s * 1e3:.2f} ms), bubble {pred.bubble_fraction:.1%}, "
-          f"exposed communication {pred.comm_s * 1e3:.2f} ms, replicas {pred.replicas}, "
-          f"boundaries {pred.boundaries}, peak memory per stage "
-          f"{[round(m / 2**20, 1) for m in pred.peak_memory_per_stage]} MiB"
-          + (f"; over {made.spread.draws} drawn runs: median {made.spread.p50:.1f} samples/s, 80% within "
-             f"{made.spread.p10:.1f}-{made.spread.p90:.1f}" if made.spread else ""))
+    LiveRun(
+        hc.runtime.output_dir,
+        spec.logger.mode,
+        spec.logger.project,
+        spec.logger.entity,
+        group,
+        "simulate",
+        OmegaConf.to_container(cfg, resolve=True),
+        {**spec.summary(), "tag": spec.tag},
+    ).finish(rec, 0)
+    print(
+        f"simulated {pred.strategy} w={pred.world_size} on {spec.cluster.name}: {pred.throughput:.1f} samples/s "
+        f"(iteration {pred.iteration_s * 1e3:.2f} ms), bubble {pred.bubble_fraction:.1%}, "
+        f"exposed communication {pred.comm_s * 1e3:.2f} ms, replicas {pred.replicas}, "
+        f"boundaries {pred.boundaries}, peak memory per stage "
+        f"{[round(m / 2**20, 1) for m in pred.peak_memory_per_stage]} MiB"
+        + (
+            f"; over {made.spread.draws} drawn runs: median {made.spread.p50:.1f} samples/s, 80% within "
+            f"{made.spread.p10:.1f}-{made.spread.p90:.1f}"
+            if made.spread
+            else ""
+        )
+    )

@@ -67,12 +67,17 @@ def probe(spec) -> dict:
         losses.append(loss)
         return not math.isfinite(loss)
 
-    state = ashpipe_reference(spec, (data.train_batch(order, k) for k in range(spec.steps)), boundaries,
-                              switch_at, on_loss)
+    state = ashpipe_reference(
+        spec, (data.train_batch(order, k) for k in range(spec.steps)), boundaries, switch_at, on_loss
+    )
     diverged = len(losses) - 1 if losses and not math.isfinite(losses[-1]) else None
-    return {"steps": len(losses), "loss first": sum(losses[:WINDOW]) / min(WINDOW, len(losses)),
-            "loss last": sum(losses[-WINDOW:]) / min(WINDOW, len(losses)), "diverged at step": diverged,
-            "top-1 %": 100 * top1(spec, state, data)}
+    return {
+        "steps": len(losses),
+        "loss first": sum(losses[:WINDOW]) / min(WINDOW, len(losses)),
+        "loss last": sum(losses[-WINDOW:]) / min(WINDOW, len(losses)),
+        "diverged at step": diverged,
+        "top-1 %": 100 * top1(spec, state, data),
+    }
 
 
 def main(args: list[str]) -> int:
@@ -95,13 +100,20 @@ def main(args: list[str]) -> int:
     for i, (job, spec) in enumerate(zip(jobs, specs), 1):
         started = time.perf_counter()
         variant = spec.variant()
-        row = {"job": " ".join(o for o in job if o in varying) or " ".join(job),  # what tells the jobs apart
-               "strategy": spec.strategy.name + (f" ({variant})" if variant else ""), "lr": spec.train.lr,
-               **probe(spec)}
+        row = {
+            "job": " ".join(o for o in job if o in varying) or " ".join(job),  # what tells the jobs apart
+            "strategy": spec.strategy.name + (f" ({variant})" if variant else ""),
+            "lr": spec.train.lr,
+            **probe(spec),
+        }
         rows.append(row)
-        print(f"[{i}/{len(jobs)}] {row['job']}: top-1 {row['top-1 %']:.1f}% after {row['steps']} step(s)"
-              + (f", diverged at step {row['diverged at step']}" if row["diverged at step"] is not None else "")
-              + f" ({time.perf_counter() - started:.0f} s)", file=sys.stderr, flush=True)
+        print(
+            f"[{i}/{len(jobs)}] {row['job']}: top-1 {row['top-1 %']:.1f}% after {row['steps']} step(s)"
+            + (f", diverged at step {row['diverged at step']}" if row["diverged at step"] is not None else "")
+            + f" ({time.perf_counter() - started:.0f} s)",
+            file=sys.stderr,
+            flush=True,
+        )
     table = pd.DataFrame(rows)
     print(table.astype(object).where(table.notna(), None).to_markdown(index=False, missingval="–", floatfmt=".3g"))
     return 0

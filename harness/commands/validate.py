@@ -59,8 +59,14 @@ def _configs() -> dict[str, list[str]]:
         for m in ms if model == "vit_micro" and batch == 64 else (4,):
             add(model, batch, "pipelining", ["strategy=pipelining"], m)
             add(model, batch, "deepspeed", ["strategy=deepspeed"], m)
-    add("vit_micro", 64, "pipelining interleaved_1f1b", ["strategy=pipelining", "strategy.schedule=interleaved_1f1b"], 4,
-        two_per_rank=True)
+    add(
+        "vit_micro",
+        64,
+        "pipelining interleaved_1f1b",
+        ["strategy=pipelining", "strategy.schedule=interleaved_1f1b"],
+        4,
+        two_per_rank=True,
+    )
     add("vit_micro", 64, "pipelining zbv", ["strategy=pipelining", "strategy.schedule=zbv"], 4, two_per_rank=True)
     add("vit_tiny", 32, "pipelining zbv", ["strategy=pipelining", "strategy.schedule=zbv"], 4, two_per_rank=True)
     return out
@@ -105,8 +111,11 @@ def validate_once(out: str, steps: int = 30, configs: dict[str, list[str]] | Non
         _cli(["simulate", *overrides, *common, f"sim.profile={profile}", "cluster=local_cpu"], cwd, simulated_dir)
         measured = (_throughput(f"{measured_dir}-before") + _throughput(f"{measured_dir}-after")) / 2
         pairs[name] = (measured, _throughput(simulated_dir))
-        print(f"  {name}: {pairs[name][0]:.1f} samples/s measured, {pairs[name][1]:.1f} predicted "
-              f"({pairs[name][1] / pairs[name][0] - 1:+.1%})", flush=True)
+        print(
+            f"  {name}: {pairs[name][0]:.1f} samples/s measured, {pairs[name][1]:.1f} predicted "
+            f"({pairs[name][1] / pairs[name][0] - 1:+.1%})",
+            flush=True,
+        )
     return pairs
 
 
@@ -142,11 +151,18 @@ def summarise(repeats: list[dict]) -> pd.DataFrame:
         measured = pd.Series([m for m, _ in done])
         predicted = pd.Series([p for _, p in done])
         errors = predicted / measured - 1
-        rows.append({"configuration": name, "repeats": len(done),
-                     "measured samples/s": measured.mean(), "measured min-max": f"{measured.min():.0f}-{measured.max():.0f}",
-                     "predicted samples/s": predicted.mean(), "predicted min-max": f"{predicted.min():.0f}-{predicted.max():.0f}",
-                     "error of means": predicted.mean() / measured.mean() - 1,
-                     "worst repeat error": errors.iloc[errors.abs().argmax()]})
+        rows.append(
+            {
+                "configuration": name,
+                "repeats": len(done),
+                "measured samples/s": measured.mean(),
+                "measured min-max": f"{measured.min():.0f}-{measured.max():.0f}",
+                "predicted samples/s": predicted.mean(),
+                "predicted min-max": f"{predicted.min():.0f}-{predicted.max():.0f}",
+                "error of means": predicted.mean() / measured.mean() - 1,
+                "worst repeat error": errors.iloc[errors.abs().argmax()],
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -161,13 +177,20 @@ def verdict(table: pd.DataFrame) -> dict:
         if a["group"] != b["group"]:
             continue
         fast, slow = (a, b) if a["measured samples/s"] > b["measured samples/s"] else (b, a)
-        if fast["measured samples/s"] > (1 + RANK_GAP) * slow["measured samples/s"] and \
-                fast["predicted samples/s"] <= slow["predicted samples/s"]:
+        if (
+            fast["measured samples/s"] > (1 + RANK_GAP) * slow["measured samples/s"]
+            and fast["predicted samples/s"] <= slow["predicted samples/s"]
+        ):
             swapped.append(f"{fast['configuration']} / {slow['configuration']}")
-    return {"configurations": len(table), "within 10%": int((errors.abs() <= TARGET).sum()),
-            "mean signed error": float(errors.mean()), "mean absolute error": float(errors.abs().mean()),
-            "largest error": float(errors.iloc[errors.abs().argmax()]), "ranking swapped": swapped,
-            "targets met": bool((errors.abs() <= TARGET).all() and abs(errors.mean()) <= MEAN_TARGET and not swapped)}
+    return {
+        "configurations": len(table),
+        "within 10%": int((errors.abs() <= TARGET).sum()),
+        "mean signed error": float(errors.mean()),
+        "mean absolute error": float(errors.abs().mean()),
+        "largest error": float(errors.iloc[errors.abs().argmax()]),
+        "ranking swapped": swapped,
+        "targets met": bool((errors.abs() <= TARGET).all() and abs(errors.mean()) <= MEAN_TARGET and not swapped),
+    }
 
 
 def write_tables(out: str, repeats: list[dict]) -> str:
@@ -180,16 +203,33 @@ def write_tables(out: str, repeats: list[dict]) -> str:
     with open(os.path.join(out, "validation.json"), "w") as f:
         json.dump({"date": day, **result}, f, indent=1)
     shown = table.assign(**{k: table[k].map("{:+.1%}".format) for k in ("error of means", "worst repeat error")})
-    each = pd.DataFrame([{"repeat": r, "configuration": name, "measured samples/s": m, "predicted samples/s": p,
-                          "error": f"{p / m - 1:+.1%}"}
-                         for r, pairs in enumerate(repeats) for name, (m, p) in pairs.items()])
-    head = (f"Measured {day} on this machine, {len(repeats)} repeat(s) interleaved: "
-            f"{result['within 10%']} of {result['configurations']} configurations within 10% on the means, "
-            f"mean signed error {result['mean signed error']:+.1%} (mean absolute {result['mean absolute error']:.1%}), "
-            f"largest {result['largest error']:+.1%}, ranking swapped: {', '.join(result['ranking swapped']) or 'none'}; "
-            f"targets {'met' if result['targets met'] else 'not met'}.")
-    text = (head + "\n\n" + shown.to_markdown(index=False, floatfmt=".1f") + "\n\nEach repeat (in the order they ran):\n\n"
-            + each.to_markdown(index=False, floatfmt=".1f"))
+    each = pd.DataFrame(
+        [
+            {
+                "repeat": r,
+                "configuration": name,
+                "measured samples/s": m,
+                "predicted samples/s": p,
+                "error": f"{p / m - 1:+.1%}",
+            }
+            for r, pairs in enumerate(repeats)
+            for name, (m, p) in pairs.items()
+        ]
+    )
+    head = (
+        f"Measured {day} on this machine, {len(repeats)} repeat(s) interleaved: "
+        f"{result['within 10%']} of {result['configurations']} configurations within 10% on the means, "
+        f"mean signed error {result['mean signed error']:+.1%} (mean absolute {result['mean absolute error']:.1%}), "
+        f"largest {result['largest error']:+.1%}, ranking swapped: {', '.join(result['ranking swapped']) or 'none'}; "
+        f"targets {'met' if result['targets met'] else 'not met'}."
+    )
+    text = (
+        head
+        + "\n\n"
+        + shown.to_markdown(index=False, floatfmt=".1f")
+        + "\n\nEach repeat (in the order they ran):\n\n"
+        + each.to_markdown(index=False, floatfmt=".1f")
+    )
     with open(os.path.join(out, "validation.md"), "w") as f:
         f.write(text + "\n")
     return text
@@ -202,16 +242,28 @@ def published_verdict(rows: pd.DataFrame) -> dict:
     for _, group in rows.groupby(["model", "micro_batches"], sort=False):
         for (_, a), (_, b) in itertools.combinations(group.iterrows(), 2):
             error = (a["predicted"] / b["predicted"]) / (a["published"] / b["published"]) - 1
-            pairs.append({"model": a["model"], "micro_batches": a["micro_batches"],
-                          "pair": f"{a['schedule']} / {b['schedule']}", "ratio error": error})
+            pairs.append(
+                {
+                    "model": a["model"],
+                    "micro_batches": a["micro_batches"],
+                    "pair": f"{a['schedule']} / {b['schedule']}",
+                    "ratio error": error,
+                }
+            )
     pairs = pd.DataFrame(pairs)
     within = lambda values, bound: int((values.abs() <= bound).sum())  # noqa: E731
-    return {"predictions": len(rows), "within 25%": within(rows["error"], PUBLISHED_TARGET),
-            "mean signed error": float(rows["error"].mean()), "ratios": len(pairs),
-            "ratios within 10%": within(pairs["ratio error"], PUBLISHED_RATIO_TARGET),
-            "largest ratio error": pairs.loc[pairs["ratio error"].abs().idxmax()].to_dict(),
-            "targets met": bool((rows["error"].abs() <= PUBLISHED_TARGET).all()
-                                and (pairs["ratio error"].abs() <= PUBLISHED_RATIO_TARGET).all())}
+    return {
+        "predictions": len(rows),
+        "within 25%": within(rows["error"], PUBLISHED_TARGET),
+        "mean signed error": float(rows["error"].mean()),
+        "ratios": len(pairs),
+        "ratios within 10%": within(pairs["ratio error"], PUBLISHED_RATIO_TARGET),
+        "largest ratio error": pairs.loc[pairs["ratio error"].abs().idxmax()].to_dict(),
+        "targets met": bool(
+            (rows["error"].abs() <= PUBLISHED_TARGET).all()
+            and (pairs["ratio error"].abs() <= PUBLISHED_RATIO_TARGET).all()
+        ),
+    }
 
 
 def write_published(out: str) -> str:
@@ -222,22 +274,46 @@ def write_published(out: str) -> str:
     os.makedirs(out, exist_ok=True)
     rows.to_csv(os.path.join(out, "published.csv"), index=False)
     with open(os.path.join(out, "published.json"), "w") as f:
-        json.dump({"date": datetime.date.today().isoformat(), "source": published.SOURCE,
-                   "fitted_fraction": fraction, "fitted_on": list(published.FIT_ON), **result}, f, indent=1,
-                  default=str)
+        json.dump(
+            {
+                "date": datetime.date.today().isoformat(),
+                "source": published.SOURCE,
+                "fitted_fraction": fraction,
+                "fitted_on": list(published.FIT_ON),
+                **result,
+            },
+            f,
+            indent=1,
+            default=str,
+        )
     worst = result["largest ratio error"]
-    head = (f"{published.SOURCE}, predicted {datetime.date.today().isoformat()} by the roofline model of an "
-            f"{published.GPU_NAME} at {fraction:.1%} of its bf16 datasheet, the fraction fitted on "
-            f"{' '.join(map(str, published.FIT_ON))} alone: {result['within 25%']} of {result['predictions']} "
-            f"predictions within 25% (mean signed error {result['mean signed error']:+.1%}), "
-            f"{result['ratios within 10%']} of {result['ratios']} ratios between two schedules of one configuration "
-            f"within 10% (largest: {worst['pair']} at {worst['model']} m={worst['micro_batches']}, "
-            f"{worst['ratio error']:+.1%}); targets {'met' if result['targets met'] else 'not met'}.")
-    shown = rows.assign(error=rows["error"].map("{:+.1%}".format),
-                        ratio_error=rows["ratio_error"].map("{:+.1%}".format),
-                        fitted=rows["fitted"].map({True: "fitted", False: ""}))
-    shown.columns = ["model", "GPUs", "m", "schedule", "published samples/GPU/s", "predicted", "error",
-                     "published / 1F1B", "predicted / 1F1B", "ratio error", ""]
+    head = (
+        f"{published.SOURCE}, predicted {datetime.date.today().isoformat()} by the roofline model of an "
+        f"{published.GPU_NAME} at {fraction:.1%} of its bf16 datasheet, the fraction fitted on "
+        f"{' '.join(map(str, published.FIT_ON))} alone: {result['within 25%']} of {result['predictions']} "
+        f"predictions within 25% (mean signed error {result['mean signed error']:+.1%}), "
+        f"{result['ratios within 10%']} of {result['ratios']} ratios between two schedules of one configuration "
+        f"within 10% (largest: {worst['pair']} at {worst['model']} m={worst['micro_batches']}, "
+        f"{worst['ratio error']:+.1%}); targets {'met' if result['targets met'] else 'not met'}."
+    )
+    shown = rows.assign(
+        error=rows["error"].map("{:+.1%}".format),
+        ratio_error=rows["ratio_error"].map("{:+.1%}".format),
+        fitted=rows["fitted"].map({True: "fitted", False: ""}),
+    )
+    shown.columns = [
+        "model",
+        "GPUs",
+        "m",
+        "schedule",
+        "published samples/GPU/s",
+        "predicted",
+        "error",
+        "published / 1F1B",
+        "predicted / 1F1B",
+        "ratio error",
+        "",
+    ]
     text = head + "\n\n" + shown.to_markdown(index=False, floatfmt=".3g")
     with open(os.path.join(out, "published.md"), "w") as f:
         f.write(text + "\n")
@@ -252,19 +328,31 @@ BUDGETS = {  # models of the changed-configuration study, its repeats, and wheth
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--budget", choices=list(BUDGETS), default="standard",
-                        help="quick: vit_micro, one repeat (about 20 min); standard: both models, two repeats "
-                             "(about 90 min); full: three repeats and the matrix of configurations each profiled "
-                             "with its own settings too (about 3 h 30)")
+    parser.add_argument(
+        "--budget",
+        choices=list(BUDGETS),
+        default="standard",
+        help="quick: vit_micro, one repeat (about 20 min); standard: both models, two repeats "
+        "(about 90 min); full: three repeats and the matrix of configurations each profiled "
+        "with its own settings too (about 3 h 30)",
+    )
     parser.add_argument("--repeats", type=int, default=None, help="repeats (default: the budget's)")
     parser.add_argument("--steps", type=int, default=30, help="training steps per measured run")
     parser.add_argument("--out", default="results/simulator_validation", help="where runs and the tables go")
-    parser.add_argument("--only", default="", help="run only the configurations whose name contains this text "
-                                                   "(with the profiled configuration of their model)")
-    parser.add_argument("--summarise", action="store_true",
-                        help="run nothing: rebuild the tables from the repeats already under --out")
-    parser.add_argument("--published", action="store_true",
-                        help="run nothing: only predict the published GPU table (published.md under --out, a minute)")
+    parser.add_argument(
+        "--only",
+        default="",
+        help="run only the configurations whose name contains this text "
+        "(with the profiled configuration of their model)",
+    )
+    parser.add_argument(
+        "--summarise", action="store_true", help="run nothing: rebuild the tables from the repeats already under --out"
+    )
+    parser.add_argument(
+        "--published",
+        action="store_true",
+        help="run nothing: only predict the published GPU table (published.md under --out, a minute)",
+    )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -273,7 +361,9 @@ def main(args: argparse.Namespace) -> int:
     changed_dir = os.path.join(args.out, "changed")
     # the configurations --only names, and the profiled one of each of their models (what they are predicted from)
     named = [c for c in changed_config.configs(models) if args.only in c.label]
-    matrix = [c for c in changed_config.configs(models) if c in named or c.profiled and c.model in {n.model for n in named}]
+    matrix = [
+        c for c in changed_config.configs(models) if c in named or c.profiled and c.model in {n.model for n in named}
+    ]
     if args.published:
         print(write_published(args.out))
         return 0
@@ -287,8 +377,10 @@ def main(args: argparse.Namespace) -> int:
             print(changed_config.write(changed_dir))
             found = True
         if not found:
-            print(f"error: --summarise: no finished configuration under {args.out}/repeat* or {changed_dir}/repeat*",
-                  file=sys.stderr)
+            print(
+                f"error: --summarise: no finished configuration under {args.out}/repeat* or {changed_dir}/repeat*",
+                file=sys.stderr,
+            )
             return 2
         return 0
     if repeats < 1 or args.steps <= 5:
@@ -296,16 +388,24 @@ def main(args: argparse.Namespace) -> int:
         return 2
     configs = {k: v for k, v in CONFIGS.items() if args.only in k} if profiled_matrix else {}
     if not matrix and not configs:
-        print(f"error: --only {args.only!r} matches no configuration; they are: "
-              f"{'; '.join(c.label for c in changed_config.configs(models))}", file=sys.stderr)
+        print(
+            f"error: --only {args.only!r} matches no configuration; they are: "
+            f"{'; '.join(c.label for c in changed_config.configs(models))}",
+            file=sys.stderr,
+        )
         return 2
     by_repeat = []
     for r in range(repeats):
         t0 = time.time()
-        print(f"repeat {r + 1}/{repeats}: {len(matrix)} configurations predicted from one profile per model"
-              + (f", then {len(configs)} each profiled with its own settings" if configs else "") + " ...", flush=True)
-        changed_config.run_repeat(os.path.join(changed_dir, f"repeat{r}"), matrix, args.steps,
-                                  log=lambda line: print(line, flush=True))
+        print(
+            f"repeat {r + 1}/{repeats}: {len(matrix)} configurations predicted from one profile per model"
+            + (f", then {len(configs)} each profiled with its own settings" if configs else "")
+            + " ...",
+            flush=True,
+        )
+        changed_config.run_repeat(
+            os.path.join(changed_dir, f"repeat{r}"), matrix, args.steps, log=lambda line: print(line, flush=True)
+        )
         if configs:
             by_repeat.append(validate_once(os.path.join(args.out, f"repeat{r}"), args.steps, configs))
         print(f"repeat {r + 1}/{repeats} took {time.time() - t0:.0f} s", flush=True)

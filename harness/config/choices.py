@@ -40,5 +40,9 @@ def unknown_choice(overrides: list[str], config_dir: str) -> str | None:
 
 def _options(folder: str) -> list[str]:
     """Every option of a config group, those in its sub-folders as Hydra names them (``ci/speed_dp_w1``)."""
-    return sorted(os.path.relpath(os.path.join(root, name), folder)[: -len(".yaml")].replace(os.sep, "/")
-                  for root, _, names in os.walk(folder) for name in names if name.endswith(".yaml"))
+    return sorted(
+        os.path.relpath(os.path.join(root, name), folder)[: -len(".yaml")].replace(os.sep, "/")
+        for root, _, names in os.walk(folder)
+        for name in names
+        if name.endswith(".yaml")
+    )

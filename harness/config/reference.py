@@ -72,7 +72,10 @@ def _rule(field: dataclasses.Field) -> str:
         return " \\| ".join(f"`{c}`" for c in meta["choices"])
     if "range" in meta:
         low, high, above = meta["range"]
-        parts = [f"{'>' if above else '>='} {low:g}" if low is not None else "", f"<= {high:g}" if high is not None else ""]
+        parts = [
+            f"{'>' if above else '>='} {low:g}" if low is not None else "",
+            f"<= {high:g}" if high is not None else "",
+        ]
         return ", ".join(p for p in parts if p)
     return ""
 
@@ -95,8 +98,15 @@ def keys(cls: type, prefix: str, only: tuple[str, ...] | None = None) -> list[di
     for field in dataclasses.fields(cls):
         if field.name in ("name", "_target_") or (only and field.name not in only):
             continue
-        rows.append({"key": prefix + field.name, "type": _type_name(hints[field.name]), "default": _default(field),
-                     "allowed": _rule(field), "meaning": docs.get(field.name, "")})
+        rows.append(
+            {
+                "key": prefix + field.name,
+                "type": _type_name(hints[field.name]),
+                "default": _default(field),
+                "allowed": _rule(field),
+                "meaning": docs.get(field.name, ""),
+            }
+        )
     return rows
 
 
@@ -109,20 +119,28 @@ def _table(rows: list[dict]) -> list[str]:
 
 
 def markdown() -> str:
-    lines = ["# Configuration reference", "",
-             "Generated from the code by `pipebench docs` (a test checks that this page equals what it writes): "
-             "every key, its type, default, allowed values and the comment that declares it. Set a key on the "
-             "command line as `key=value` (a sweep: `key=a,b` with `-m`); `pipebench run --show [overrides]` "
-             "prints the values a run will use, every default and derived value filled in.", ""]
+    lines = [
+        "# Configuration reference",
+        "",
+        "Generated from the code by `pipebench docs` (a test checks that this page equals what it writes): "
+        "every key, its type, default, allowed values and the comment that declares it. Set a key on the "
+        "command line as `key=value` (a sweep: `key=a,b` with `-m`); `pipebench run --show [overrides]` "
+        "prints the values a run will use, every default and derived value filled in.",
+        "",
+    ]
     for prefix, cls, title in GROUPS:
         lines += [f"## {title}", ""]
         rows = keys(schema.RunConfig, "", _TOP) if cls is None else keys(cls, prefix)
         lines += [*_table(rows), ""]
-    lines += ["## Strategies", "",
-              "`strategy=<name>` picks a strategy (conf/strategy/<name>.yaml names its class). Each reads only its "
-              "own `strategy.*` keys, below with their defaults; a key of another strategy is refused in one line, "
-              "and a pipeline key (`stages`, `boundaries`, `schedule`, `recompute`) that a strategy has no concept "
-              "of is recorded as ignored, so a sweep over strategies can share it.", ""]
+    lines += [
+        "## Strategies",
+        "",
+        "`strategy=<name>` picks a strategy (conf/strategy/<name>.yaml names its class). Each reads only its "
+        "own `strategy.*` keys, below with their defaults; a key of another strategy is refused in one line, "
+        "and a pipeline key (`stages`, `boundaries`, `schedule`, `recompute`) that a strategy has no concept "
+        "of is recorded as ignored, so a sweep over strategies can share it.",
+        "",
+    ]
     for name, cls in strategy_classes().items():
         doc = (inspect.getdoc(inspect.getmodule(cls)) or "").split("\n\n")[0].replace("\n", " ")
         lines += [f"### `strategy={name}`", "", doc, "", *_table(keys(cls.Config, "strategy.")), ""]

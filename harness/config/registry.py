@@ -36,8 +36,10 @@ def strategy_targets(config_dir: str = CONFIG_DIR) -> dict[str, str]:
         with open(os.path.join(folder, file)) as f:
             target = (yaml.safe_load(f) or {}).get("_target_")
         if not isinstance(target, str) or "." not in target:
-            raise RuntimeError(f"{os.path.join(folder, file)} must name its strategy class in _target_ "
-                               "(for example harness.strategies.hippie.HippieStrategy)")
+            raise RuntimeError(
+                f"{os.path.join(folder, file)} must name its strategy class in _target_ "
+                "(for example harness.strategies.hippie.HippieStrategy)"
+            )
         targets[file[: -len(".yaml")]] = target
     return targets
 
@@ -59,8 +61,10 @@ def strategy_classes(config_dir: str = CONFIG_DIR) -> dict:
         with open(os.path.join(config_dir, "strategy", f"{name}.yaml")) as f:
             declared = (yaml.safe_load(f) or {}).get("name")
         if not (isinstance(cls, type) and issubclass(cls, Strategy)) or cls.name != name or declared != name:
-            raise RuntimeError(f"{target} (from {name}.yaml) must be a Strategy whose name is '{name}', as the file's "
-                               "name and its 'name' key are")
+            raise RuntimeError(
+                f"{target} (from {name}.yaml) must be a Strategy whose name is '{name}', as the file's "
+                "name and its 'name' key are"
+            )
         classes[name] = cls
     return classes
 

@@ -211,8 +211,10 @@ def strategy_schema(classes) -> type:
                 continue
             hint = hint if hint is Any else Optional[hint]  # unset (None) unless given
             if name in types and types[name] != hint:
-                raise TypeError(f"strategy key '{name}' has type {hint} in {cls.__name__} but {types[name]} in "
-                                f"{', '.join(owners[name])}; give one key one type")
+                raise TypeError(
+                    f"strategy key '{name}' has type {hint} in {cls.__name__} but {types[name]} in "
+                    f"{', '.join(owners[name])}; give one key one type"
+                )
             types[name] = hint
             owners.setdefault(name, []).append(cls.__name__)
     fields = [("name", str, MISSING), ("_target_", str, MISSING)]

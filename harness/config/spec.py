@@ -106,7 +106,9 @@ def build_spec(cfg: DictConfig | RunConfig, launching: bool = True) -> RunSpec:
     if t.nesterov and (t.optimizer != "sgd" or t.momentum == 0):
         raise ConfigError("train.nesterov=true needs train.optimizer=sgd with train.momentum above 0")
     if rc.model.embed_dim % rc.model.num_heads:
-        raise ConfigError(f"model.embed_dim={rc.model.embed_dim} must be divisible by model.num_heads={rc.model.num_heads}")
+        raise ConfigError(
+            f"model.embed_dim={rc.model.embed_dim} must be divisible by model.num_heads={rc.model.num_heads}"
+        )
 
     steps_per_epoch = data_mod.train_size(rc.data) // t.global_batch
     if t.epochs is not None:
@@ -114,8 +116,10 @@ def build_spec(cfg: DictConfig | RunConfig, launching: bool = True) -> RunSpec:
     else:
         steps = t.steps
     if steps < 1:
-        raise ConfigError(f"train.epochs={t.epochs} of {steps_per_epoch} step(s) each gives no step; "
-                          "use more epochs or a smaller train.global_batch")
+        raise ConfigError(
+            f"train.epochs={t.epochs} of {steps_per_epoch} step(s) each gives no step; "
+            "use more epochs or a smaller train.global_batch"
+        )
 
     device = launch.device
     if device == "auto":
@@ -128,13 +132,31 @@ def build_spec(cfg: DictConfig | RunConfig, launching: bool = True) -> RunSpec:
     check_node(strategy, "strategy.")  # the strategy's own closed sets and ranges
     if not cls.takes_micro_batches and t.micro_batches not in (None, 1):
         # a sweep may share micro_batches with the synchronous pipelines
-        print(f"note: strategy={cls.name} moves whole minibatches; train.micro_batches={t.micro_batches} does not "
-              "apply (recorded as 1)", file=sys.stderr)
+        print(
+            f"note: strategy={cls.name} moves whole minibatches; train.micro_batches={t.micro_batches} does not "
+            "apply (recorded as 1)",
+            file=sys.stderr,
+        )
         t.micro_batches = 1
     spec = RunSpec(
-        model=rc.model, data=rc.data, strategy=strategy, train=t, launch=launch, logger=rc.logger,
-        world_size=rc.world_size, seed=rc.seed, tag=rc.tag, block=rc.block, repeat=rc.repeat, steps=steps, device=device,
-        strategy_cls=cls, cluster=rc.cluster, sim=rc.sim, ignored=ignored, steps_per_epoch=steps_per_epoch,
+        model=rc.model,
+        data=rc.data,
+        strategy=strategy,
+        train=t,
+        launch=launch,
+        logger=rc.logger,
+        world_size=rc.world_size,
+        seed=rc.seed,
+        tag=rc.tag,
+        block=rc.block,
+        repeat=rc.repeat,
+        steps=steps,
+        device=device,
+        strategy_cls=cls,
+        cluster=rc.cluster,
+        sim=rc.sim,
+        ignored=ignored,
+        steps_per_epoch=steps_per_epoch,
     )
     if spec.timed_steps < 1:
         raise ConfigError(
@@ -147,9 +169,11 @@ def build_spec(cfg: DictConfig | RunConfig, launching: bool = True) -> RunSpec:
     if rc.model.pretrained is not None:  # readable, and weights of this model (read at build, not here)
         rc.model.pretrained = os.path.abspath(rc.model.pretrained)  # the record names the file wherever it runs
         if len(pretrained_weights(rc.model)) < len(parameter_shapes(rc.model)):
-            print(f"note: model.pretrained={rc.model.pretrained} was trained for another number of classes; the "
-                  f"classifier for model.num_classes={rc.model.num_classes} starts from its initialisation",
-                  file=sys.stderr)
+            print(
+                f"note: model.pretrained={rc.model.pretrained} was trained for another number of classes; the "
+                f"classifier for model.num_classes={rc.model.num_classes} starts from its initialisation",
+                file=sys.stderr,
+            )
     data_mod.check_available(rc.data, rc.model.num_classes)
     cls.complete(spec)
     if t.micro_batches is None:  # unset: what this strategy's schedule takes (Strategy.default_micro_batches)
@@ -165,8 +189,10 @@ def build_spec(cfg: DictConfig | RunConfig, launching: bool = True) -> RunSpec:
     if device == "cuda" and launching and "WORLD_SIZE" not in os.environ:
         gpus, needed = torch.cuda.device_count(), cls.gpus(spec)
         if needed > gpus:
-            raise ConfigError(f"world_size={rc.world_size} needs {needed} GPU(s) on this host (one per worker) but "
-                              f"{gpus} are visible; lower world_size")
+            raise ConfigError(
+                f"world_size={rc.world_size} needs {needed} GPU(s) on this host (one per worker) but "
+                f"{gpus} are visible; lower world_size"
+            )
     return spec
 
 
@@ -180,10 +206,13 @@ def strategy_config(cls: type[Strategy], node) -> tuple[StrategyConfig, dict]:
     given = {k: v for k, v in vars(node).items() if v is not None and k not in ("name", "_target_")}
     foreign = [k for k in given if k not in own and k not in PIPELINE_KEYS]
     if foreign:
-        owners = sorted(n for n, c in strategy_classes().items() if foreign[0] in {f.name for f in dataclasses.fields(c.Config)})
+        owners = sorted(
+            n for n, c in strategy_classes().items() if foreign[0] in {f.name for f in dataclasses.fields(c.Config)}
+        )
         raise ConfigError(
             f"strategy.{foreign[0]}={given[foreign[0]]} does not apply to strategy={cls.name} (it is a key of "
-            f"{', '.join(owners)}); strategy={cls.name} takes " + (", ".join(f"strategy.{k}" for k in own) or "no strategy keys")
+            f"{', '.join(owners)}); strategy={cls.name} takes "
+            + (", ".join(f"strategy.{k}" for k in own) or "no strategy keys")
         )
     ignored = {k: v for k, v in given.items() if k not in own}
     return cls.Config(name=cls.name, **{k: v for k, v in given.items() if k in own}), ignored

@@ -15,8 +15,9 @@ import torch
 
 from harness.core.errors import ConfigError
 
-_WHAT_TO_DO = ("resume from an earlier checkpoint (train.resume=<run dir>/checkpoints/step<N>) or start over "
-               "without train.resume")
+_WHAT_TO_DO = (
+    "resume from an earlier checkpoint (train.resume=<run dir>/checkpoints/step<N>) or start over without train.resume"
+)
 
 
 def checkpoint_folder(path: str) -> str:
@@ -27,8 +28,10 @@ def checkpoint_folder(path: str) -> str:
             return os.path.join(path, "checkpoints", f.read().strip())
     if os.path.isfile(os.path.join(path, "rank0.pt")):
         return path
-    raise ConfigError(f"train.resume={path} holds no checkpoint (no checkpoints/latest, no rank0.pt); "
-                      "point it at a run directory written with train.checkpoint_every>0")
+    raise ConfigError(
+        f"train.resume={path} holds no checkpoint (no checkpoints/latest, no rank0.pt); "
+        "point it at a run directory written with train.checkpoint_every>0"
+    )
 
 
 def check_checkpoint(path: str, ranks: int, strategy: str, shapes: dict[str, tuple[int, ...]]) -> str:
@@ -50,12 +53,16 @@ def check_checkpoint(path: str, ranks: int, strategy: str, shapes: dict[str, tup
             raise ConfigError(f"checkpoint {file} is not a checkpoint of this harness; {_WHAT_TO_DO}")
         written_by = state.get("strategy")
         if written_by not in (None, strategy):
-            raise ConfigError(f"checkpoint {file} was written by strategy={written_by}, not {strategy}: resume with "
-                              f"strategy={written_by}, or start over without train.resume")
+            raise ConfigError(
+                f"checkpoint {file} was written by strategy={written_by}, not {strategy}: resume with "
+                f"strategy={written_by}, or start over without train.resume"
+            )
         for key, tensor in state["params"].items():
             if key not in shapes or tuple(tensor.shape) != shapes[key]:
                 held = tuple(tensor.shape) if hasattr(tensor, "shape") else type(tensor).__name__
                 expected = shapes.get(key, "no such parameter")
-                raise ConfigError(f"checkpoint {file} holds {key} of shape {held} where this model has {expected}: "
-                                  f"it belongs to another model or layout; {_WHAT_TO_DO}")
+                raise ConfigError(
+                    f"checkpoint {file} holds {key} of shape {held} where this model has {expected}: "
+                    f"it belongs to another model or layout; {_WHAT_TO_DO}"
+                )
     return folder

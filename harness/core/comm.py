@@ -50,7 +50,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def init_process_group(rank: int, world_size: int, local_rank: int, device: str, backend: str, timeout_s: float) -> DistContext:
+def init_process_group(
+    rank: int, world_size: int, local_rank: int, device: str, backend: str, timeout_s: float
+) -> DistContext:
     """Join the job's process group from the usual environment variables.
 
     MASTER_ADDR/MASTER_PORT come from the launcher (ours, torchrun or Slurm).
@@ -84,7 +86,9 @@ def _wait(work: dist.Work, what: str, timeout: timedelta | None) -> None:
     try:
         ok = work.wait(timeout)
     except RuntimeError as e:
-        raise CommTimeout(f"rank {dist.get_rank()}: {what} failed or timed out after {timeout.total_seconds():.0f}s: {e}") from e
+        raise CommTimeout(
+            f"rank {dist.get_rank()}: {what} failed or timed out after {timeout.total_seconds():.0f}s: {e}"
+        ) from e
     if ok is False:
         raise CommTimeout(f"rank {dist.get_rank()}: {what} timed out after {timeout.total_seconds():.0f}s")
 
@@ -105,12 +109,14 @@ class Comm:
 
     # point to point -------------------------------------------------------
     def isend(self, tensor: torch.Tensor, dst: int, tag: int = 0) -> "Pending":
-        return Pending(dist.isend(tensor, dst=dst, tag=tag), f"send to rank {dst} (tag {tag})", self.wait_timeout,
-                       tensor)
+        return Pending(
+            dist.isend(tensor, dst=dst, tag=tag), f"send to rank {dst} (tag {tag})", self.wait_timeout, tensor
+        )
 
     def irecv(self, tensor: torch.Tensor, src: int, tag: int = 0) -> "Pending":
-        return Pending(dist.irecv(tensor, src=src, tag=tag), f"receive from rank {src} (tag {tag})",
-                       self.wait_timeout, tensor)
+        return Pending(
+            dist.irecv(tensor, src=src, tag=tag), f"receive from rank {src} (tag {tag})", self.wait_timeout, tensor
+        )
 
     # collectives --------------------------------------------------------
     def all_reduce_async(self, tensor: torch.Tensor, group=None) -> "Pending":

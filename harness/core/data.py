@@ -124,8 +124,11 @@ def _checked_cifar100(verify_md5: bool):
                 if not os.path.isfile(path):
                     raise ConfigError(
                         f"CIFAR-100 file missing: {path}; set data.root to the folder holding 'cifar-100-python', "
-                        + ("or pass data.download=true where the network allows" if verify_md5 else
-                           "or write the set there first (data=digits: pipebench digits --root <data.root>)")
+                        + (
+                            "or pass data.download=true where the network allows"
+                            if verify_md5
+                            else "or write the set there first (data=digits: pipebench digits --root <data.root>)"
+                        )
                     )
                 if verify_md5:
                     ok = check_integrity(path, md5)
@@ -139,11 +142,14 @@ def _checked_cifar100(verify_md5: bool):
                     raise ConfigError(
                         f"CIFAR-100 file {path} is corrupt or truncated"
                         + (" (checksum mismatch)" if verify_md5 else "")
-                        + ("; delete the 'cifar-100-python' folder and fetch it again (data.download=true), or, for "
-                           "a copy you made or converted on purpose, pass data.verify_md5=false (each file is then "
-                           "only checked to unpickle)" if verify_md5 else
-                           " (cannot be unpickled); delete the 'cifar-100-python' folder and fetch it again "
-                           "(data.download=true)")
+                        + (
+                            "; delete the 'cifar-100-python' folder and fetch it again (data.download=true), or, for "
+                            "a copy you made or converted on purpose, pass data.verify_md5=false (each file is then "
+                            "only checked to unpickle)"
+                            if verify_md5
+                            else " (cannot be unpickled); delete the 'cifar-100-python' folder and fetch it again "
+                            "(data.download=true)"
+                        )
                     )
             return True
 
@@ -181,8 +187,9 @@ def load(cfg, seed: int, num_classes: int | None = None) -> Dataset:
         data = cifar100(cfg)
         if num_classes is not None:
             for name, split in (("train", data.train), ("test", data.test)):
-                check_labels(split.labels, num_classes,
-                             os.path.join(os.path.abspath(os.path.expanduser(cfg.root)), FOLDER, name))
+                check_labels(
+                    split.labels, num_classes, os.path.join(os.path.abspath(os.path.expanduser(cfg.root)), FOLDER, name)
+                )
     else:
         raise ConfigError(f"unknown data set '{cfg.name}'; use data=synthetic or data=cifar100")
     data.augment, data.seed = augments(cfg), seed
@@ -215,9 +222,13 @@ def write_cifar100(root: str, splits: dict[str, tuple], fine_label_names: list[s
     os.makedirs(folder, exist_ok=True)
     for name, (images, labels) in splits.items():
         n = len(labels)
-        entry = {"filenames": [f"{name}_{i}.png" for i in range(n)], "batch_label": name,
-                 "fine_labels": [int(v) for v in labels], "coarse_labels": [int(v) % 20 for v in labels],
-                 "data": images.reshape(n, 3 * 32 * 32)}  # rows of 1024 R, then G, then B bytes
+        entry = {
+            "filenames": [f"{name}_{i}.png" for i in range(n)],
+            "batch_label": name,
+            "fine_labels": [int(v) for v in labels],
+            "coarse_labels": [int(v) % 20 for v in labels],
+            "data": images.reshape(n, 3 * 32 * 32),
+        }  # rows of 1024 R, then G, then B bytes
         with open(os.path.join(folder, name), "wb") as f:
             pickle.dump(entry, f)
     names = list(fine_label_names) + [f"unused_{i}" for i in range(len(fine_label_names), 100)]
@@ -231,8 +242,10 @@ def check_available(cfg, num_classes: int | None = None) -> None:
     model with ``num_classes`` outputs, so workers never start on a bad one."""
     if cfg.name == "synthetic":
         if num_classes is not None and cfg.num_classes > num_classes:
-            raise ConfigError(f"data.num_classes={cfg.num_classes} has labels the model's {num_classes} classes do not; "
-                              f"set model.num_classes>={cfg.num_classes} or data.num_classes<={num_classes}")
+            raise ConfigError(
+                f"data.num_classes={cfg.num_classes} has labels the model's {num_classes} classes do not; "
+                f"set model.num_classes>={cfg.num_classes} or data.num_classes<={num_classes}"
+            )
         return
     if cfg.download:
         return  # checked when it is loaded
@@ -254,8 +267,10 @@ def check_labels(labels, num_classes: int, source: str) -> None:
     labels = torch.as_tensor(labels)
     bad = labels[(labels < 0) | (labels >= num_classes)]
     if len(bad):
-        raise ConfigError(f"{source} holds label {int(bad[0])} ({len(bad)} sample(s) outside 0..{num_classes - 1}), "
-                          f"but the model has {num_classes} classes: set model.num_classes, or fix the file")
+        raise ConfigError(
+            f"{source} holds label {int(bad[0])} ({len(bad)} sample(s) outside 0..{num_classes - 1}), "
+            f"but the model has {num_classes} classes: set model.num_classes, or fix the file"
+        )
 
 
 class BatchOrder:
@@ -275,4 +290,3 @@ class BatchOrder:
         epoch, k = divmod(step, self.steps_per_epoch)
         perm = torch.randperm(self.n, generator=torch.Generator().manual_seed(self.seed * 1_000_003 + epoch))
         return perm[k * self.global_batch : (k + 1) * self.global_batch]
-

@@ -49,8 +49,11 @@ def threads_per_process(requested: int, local_world: int) -> int:
 # its activation memory in again (about 2,000 page faults per vit_micro step here), at a cost
 # that swings with the host's load; keeping freed memory in the process makes CPU steps
 # faster and their times steadier (the knobs PyTorch's CPU performance guide points to)
-_CPU_ALLOCATOR_ENV = {"MALLOC_MMAP_THRESHOLD_": str(2**30), "MALLOC_TRIM_THRESHOLD_": str(2**36),
-                      "MALLOC_TOP_PAD_": str(2**28)}
+_CPU_ALLOCATOR_ENV = {
+    "MALLOC_MMAP_THRESHOLD_": str(2**30),
+    "MALLOC_TRIM_THRESHOLD_": str(2**36),
+    "MALLOC_TOP_PAD_": str(2**28),
+}
 
 
 def cpu_worker_environment() -> None:
@@ -109,8 +112,9 @@ def start_workers(fn, args: tuple, nprocs: int, join: bool = True, preload: Iter
     import torch.multiprocessing as tmp  # this module stays importable without torch (the command's first step)
 
     prestart(preload)
-    return tmp.start_processes(_entry, args=(_Inherited(), fn, args), nprocs=nprocs, join=join,
-                               start_method=START_METHOD)
+    return tmp.start_processes(
+        _entry, args=(_Inherited(), fn, args), nprocs=nprocs, join=join, start_method=START_METHOD
+    )
 
 
 def _entry(rank: int, inherited: "_Inherited", fn, args: tuple) -> None:

@@ -151,8 +151,10 @@ def pretrained_weights(cfg) -> dict[str, torch.Tensor]:
         unknown = sorted(set(state) - set(names.values()))
         if unknown:
             more = f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else ""
-            raise ConfigError(f"model.pretrained={path} holds {unknown[0]}{more}, which model={cfg.name} has no "
-                              "parameter of: it is not a timm VisionTransformer of this model's layout")
+            raise ConfigError(
+                f"model.pretrained={path} holds {unknown[0]}{more}, which model={cfg.name} has no "
+                "parameter of: it is not a timm VisionTransformer of this model's layout"
+            )
         by_timm = {t: k for k, t in names.items()}
         loaded = {by_timm[t]: v for t, v in state.items()}
         source = path
@@ -163,19 +165,25 @@ def pretrained_weights(cfg) -> dict[str, torch.Tensor]:
             continue  # trained for another number of classes
         if tensor is None or tuple(tensor.shape) != shape:
             held = "no such weight" if tensor is None else f"shape {tuple(tensor.shape)}"
-            raise ConfigError(f"model.pretrained={source} has {held} for {timm_name} where model={cfg.name} has "
-                              f"shape {shape}: point it at weights of this model")
+            raise ConfigError(
+                f"model.pretrained={source} has {held} for {timm_name} where model={cfg.name} has "
+                f"shape {shape}: point it at weights of this model"
+            )
         weights[key] = tensor
     return weights
 
 
 def _load(path: str) -> dict:
     if not os.path.exists(path):
-        raise ConfigError(f"model.pretrained={path} does not exist: point it at a state dict in timm's format or a "
-                          "run directory written with train.checkpoint_every>0")
+        raise ConfigError(
+            f"model.pretrained={path} does not exist: point it at a state dict in timm's format or a "
+            "run directory written with train.checkpoint_every>0"
+        )
     if not zipfile.is_zipfile(path):
-        raise ConfigError(f"model.pretrained={path} cannot be read: not a whole file written by torch.save (cut "
-                          "short, or another format)")
+        raise ConfigError(
+            f"model.pretrained={path} cannot be read: not a whole file written by torch.save (cut "
+            "short, or another format)"
+        )
     try:
         state = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
     except Exception as e:  # truncated, zeroed, not a torch archive, ...

@@ -35,8 +35,11 @@ def mean_loss(logits: torch.Tensor, y: torch.Tensor, label_smoothing: float = 0.
 
 def eval_counts(logits: torch.Tensor, y: torch.Tensor) -> tuple[float, float, float]:
     """(correct, samples, cross-entropy sum) of one evaluated slice."""
-    return (float((logits.argmax(-1) == y).sum()), float(y.numel()),
-            float(F.cross_entropy(logits.float(), y, reduction="sum")))
+    return (
+        float((logits.argmax(-1) == y).sum()),
+        float(y.numel()),
+        float(F.cross_entropy(logits.float(), y, reduction="sum")),
+    )
 
 
 def replica_slice(batch_size: int, replicas: int, replica: int) -> slice:
@@ -80,8 +83,9 @@ def with_precision(layers: list[nn.Module], precision: str) -> list[nn.Module]:
     return [Autocast(layer, PRECISIONS[precision]) for layer in layers]
 
 
-def make_optimizer(params: Iterable[nn.Parameter], train, steps: int | None = None,
-                   lr_scale: Callable[[int], float] | None = None) -> torch.optim.Optimizer:
+def make_optimizer(
+    params: Iterable[nn.Parameter], train, steps: int | None = None, lr_scale: Callable[[int], float] | None = None
+) -> torch.optim.Optimizer:
     """The optimizer ``train`` names (``optimizer``, ``lr``, ``weight_decay``, ``momentum``,
     ``nesterov``), with its learning-rate schedule attached (:func:`attach_schedule`) for a run of
     ``steps`` optimizer steps; ``lr_scale(k)`` multiplies the schedule's rate at step k (an
@@ -90,8 +94,9 @@ def make_optimizer(params: Iterable[nn.Parameter], train, steps: int | None = No
     if train.optimizer == "adamw":
         optimizer = torch.optim.AdamW(params, lr=train.lr, weight_decay=train.weight_decay)
     elif train.optimizer == "sgd":
-        optimizer = torch.optim.SGD(params, lr=train.lr, momentum=train.momentum, weight_decay=train.weight_decay,
-                                    nesterov=train.nesterov)
+        optimizer = torch.optim.SGD(
+            params, lr=train.lr, momentum=train.momentum, weight_decay=train.weight_decay, nesterov=train.nesterov
+        )
     else:
         raise ConfigError(f"unknown train.optimizer '{train.optimizer}'; use {' or '.join(OPTIMIZERS)}")
     return attach_schedule(optimizer, train, steps, lr_scale)
@@ -119,8 +124,9 @@ def lr_factor(train, steps: int | None):
     return factor
 
 
-def attach_schedule(optimizer: torch.optim.Optimizer, train, steps: int | None,
-                    lr_scale: Callable[[int], float] | None = None) -> torch.optim.Optimizer:
+def attach_schedule(
+    optimizer: torch.optim.Optimizer, train, steps: int | None, lr_scale: Callable[[int], float] | None = None
+) -> torch.optim.Optimizer:
     """Step ``optimizer``'s learning-rate schedule with every one of its steps (so each AshPipe stage
     follows the same function of its own minibatch count), and carry the schedule's position in the
     optimizer's state dict, so every checkpoint resumes it. Nothing is attached for a constant rate
@@ -163,18 +169,20 @@ def delay_lr_scale(delay: int, start: Callable[[], int], anneal_steps: int) -> C
     """PipeMare's learning-rate rescheduling for a stage whose gradients arrive ``delay`` updates late:
     at its k-th optimizer step the rate is divided by ``delay ** p``, with p falling linearly from 1
     at the stage's first asynchronous step (``start()``) to 0 ``anneal_steps`` later."""
+
     def scale(k: int) -> float:
         if delay <= 1:
             return 1.0
         p = 1.0 - min(1.0, max(0, k - start()) / anneal_steps)
-        return delay ** -p
+        return delay**-p
 
     return scale
 
 
 @torch.no_grad()
-def predict_weights_(weights: list[torch.Tensor], masters: list[nn.Parameter], optimizer: torch.optim.Optimizer,
-                     delay: int) -> None:
+def predict_weights_(
+    weights: list[torch.Tensor], masters: list[nn.Parameter], optimizer: torch.optim.Optimizer, delay: int
+) -> None:
     """Weight prediction for a forward whose gradient will be applied ``delay`` updates later:
     ``weights`` (a copy of ``masters``) moved ``delay`` steps along the optimizer's current update,
     at its current rate. For momentum SGD the update is the momentum buffer (SpecTrain, Chen et al.

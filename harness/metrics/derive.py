@@ -29,8 +29,10 @@ def job_figures(spec, strategy, gathered: list[dict], run: dict) -> dict:
     its predecessor's curve), ``first_step`` (the step this process started at), ``resumed``, ``train_time_s``, ``training_started_at``, ``parameters``,
     ``device``, ``threads``, ``local_world``, ``peak_source``)."""
     t = spec.train
-    losses = [[step, sum(vals)] for step, vals in enumerate(zip(*(r.pop("loss_shares") for r in gathered)),
-                                                           start=run["curve_start"])]
+    losses = [
+        [step, sum(vals)]
+        for step, vals in enumerate(zip(*(r.pop("loss_shares") for r in gathered)), start=run["curve_start"])
+    ]
     timing = step_time_summary([r["step_times"] for r in gathered])
     step_time = timing["step_time_s"]
     peaks = [r["peak_memory_bytes"] for r in gathered]
@@ -43,7 +45,8 @@ def job_figures(spec, strategy, gathered: list[dict], run: dict) -> dict:
         "peak_memory_per_rank": peaks,
         "peak_rss_per_rank": [r["peak_rss_bytes"] for r in gathered],
         "memory_method": ("cuda_max_allocated_step" if run["device"] == "cuda" else "cpu_allocator_total_step")
-                         if t.measure_memory else None,
+        if t.measure_memory
+        else None,
         "accuracy": final["accuracy"],
         "test_loss": final["loss"],
         "final_loss": losses[-1][1],
@@ -110,24 +113,45 @@ def _bubbles(gathered: list[dict], replicas: list[int], strategy) -> dict:
     fractions = (job_idle_fractions(idles) if same_host else [i["idle_fraction"] for i in idles]) if measured else None
     replay = strategy.replayed_schedule(strategy.spec, len(replicas)) if measured else None
     timeline = _replayed(*replay, units) if replay else None
-    classified = idle.classify([{"compute": u["idle"].get("union"), "comm": u["idle"].get("comm"),
-                                 "start": u["idle"]["start_s"], "end": u["idle"]["end_s"]} for u in units]) \
-        if measured and same_host else None
+    classified = (
+        idle.classify(
+            [
+                {
+                    "compute": u["idle"].get("union"),
+                    "comm": u["idle"].get("comm"),
+                    "start": u["idle"]["start_s"],
+                    "end": u["idle"]["end_s"],
+                }
+                for u in units
+            ]
+        )
+        if measured and same_host
+        else None
+    )
     parts, origin = classified or (None, 0.0)
     mean, seconds = idle.breakdown(parts) if parts else (None, None)
     for u in units:  # thousands of operator intervals: read here, not kept in the record
         (u["idle"] or {}).pop("union", None)
-    return {"bubble_measured": sum(fractions) / len(fractions) if measured else None,
-            "bubble_per_rank": fractions,
-            "bubble_analytic": strategy.analytic_bubble(strategy.spec, len(replicas)),
-            "bubble_replayed": timeline_bubble(timeline, len(replay[0])) if timeline else None,
-            "idle_breakdown": mean,
-            # per device: its label, seconds per part, and the parts in time order (the trace's idle track)
-            "idle_per_device": [{"device": u["label"], **sec, "waits": idle.waits(lane, origin, 1e-4)}
-                                for u, sec, lane in zip(units, seconds, parts)] if parts else None,
-            "replay_timeline": [[(str(e.action), e.start, e.end) for e in timeline.stage_events(p)]
-                                for p in range(len(replay[0]))] if timeline else None,
-            "hidden_allreduce_s": sum(hidden) / len(hidden) if hidden else None}
+    return {
+        "bubble_measured": sum(fractions) / len(fractions) if measured else None,
+        "bubble_per_rank": fractions,
+        "bubble_analytic": strategy.analytic_bubble(strategy.spec, len(replicas)),
+        "bubble_replayed": timeline_bubble(timeline, len(replay[0])) if timeline else None,
+        "idle_breakdown": mean,
+        # per device: its label, seconds per part, and the parts in time order (the trace's idle track)
+        "idle_per_device": [
+            {"device": u["label"], **sec, "waits": idle.waits(lane, origin, 1e-4)}
+            for u, sec, lane in zip(units, seconds, parts)
+        ]
+        if parts
+        else None,
+        "replay_timeline": [
+            [(str(e.action), e.start, e.end) for e in timeline.stage_events(p)] for p in range(len(replay[0]))
+        ]
+        if timeline
+        else None,
+        "hidden_allreduce_s": sum(hidden) / len(hidden) if hidden else None,
+    }
 
 
 def _measured_units(gathered: list[dict]) -> list[dict]:
@@ -136,12 +160,26 @@ def _measured_units(gathered: list[dict]) -> list[dict]:
     units = []
     for r in gathered:
         if r.get("stages"):
-            units += [{"stage": int(j), "idle": st["idle"], "spans": st["profiled_spans"], "host": r["host"],
-                       "label": f"rank {r['rank']} stage {j}"}
-                      for j, st in sorted(r["stages"].items(), key=lambda kv: int(kv[0]))]
+            units += [
+                {
+                    "stage": int(j),
+                    "idle": st["idle"],
+                    "spans": st["profiled_spans"],
+                    "host": r["host"],
+                    "label": f"rank {r['rank']} stage {j}",
+                }
+                for j, st in sorted(r["stages"].items(), key=lambda kv: int(kv[0]))
+            ]
         else:
-            units.append({"stage": r["layout"].get("stage"), "idle": r.get("idle"), "spans": r.get("profiled_spans"),
-                          "host": r["host"], "label": f"rank {r['rank']}"})
+            units.append(
+                {
+                    "stage": r["layout"].get("stage"),
+                    "idle": r.get("idle"),
+                    "spans": r.get("profiled_spans"),
+                    "host": r["host"],
+                    "label": f"rank {r['rank']}",
+                }
+            )
     return units
 
 
@@ -162,5 +200,9 @@ def _host_use(device: str, threads: int, local_world: int) -> dict:
     """Whether this host's workers could each run their threads on cores of their own: on an
     oversubscribed CPU host, speed is not comparable (memory, accuracy and correctness still are)."""
     cores = os.cpu_count() or 1
-    return {"threads_per_worker": threads, "workers_on_host": local_world, "host_cores": cores,
-            "speed_comparable": device != "cpu" or local_world * threads <= cores}
+    return {
+        "threads_per_worker": threads,
+        "workers_on_host": local_world,
+        "host_cores": cores,
+        "speed_comparable": device != "cpu" or local_world * threads <= cores,
+    }

@@ -106,8 +106,13 @@ def measured_matmul_peak(device: torch.device, precision: str, n: int = 512, bud
     return 2 * n**3 / best
 
 
-def utilisation(flops: list[tuple[int, int]], recomputed: dict[int, float], step_time_s: float | None,
-                devices: int, peak: float | None) -> dict:
+def utilisation(
+    flops: list[tuple[int, int]],
+    recomputed: dict[int, float],
+    step_time_s: float | None,
+    devices: int,
+    peak: float | None,
+) -> dict:
     """The record's FLOP figures: ``recomputed`` maps a layer to the share of the batch whose
     forward runs again (summed over ranks)."""
     model = sum(f + b for f, b in flops)

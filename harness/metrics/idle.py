@@ -61,10 +61,12 @@ def classify(units: list[dict]) -> tuple[list[list[tuple[str, float, float]]], f
     origin = min(u["start"] for u in units)
     shift = [u["start"] - origin for u in units]
     compute = [_merged([(d + s, d + e) for s, e in u["compute"]]) for u, d in zip(units, shift)]
-    collective = [_merged([(d + s, d + e) for k, s, e in u.get("comm") or () if k == "collective"])
-                  for u, d in zip(units, shift)]
-    p2p = [_merged([(d + s, d + e) for k, s, e in u.get("comm") or () if k != "collective"])
-           for u, d in zip(units, shift)]
+    collective = [
+        _merged([(d + s, d + e) for k, s, e in u.get("comm") or () if k == "collective"]) for u, d in zip(units, shift)
+    ]
+    p2p = [
+        _merged([(d + s, d + e) for k, s, e in u.get("comm") or () if k != "collective"]) for u, d in zip(units, shift)
+    ]
     # the job's step: from the first device's first operator to the last one's last (communication
     # operators included), as the measured bubble counts it
     begin, end = 0.0, max(u["end"] - origin for u in units)

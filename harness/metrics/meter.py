@@ -121,8 +121,11 @@ class StepMeter:
         self.stages: dict[int, dict] = {}
 
     @contextlib.contextmanager
-    def measure_step(self, parts: Callable[[], dict[str, Iterable[torch.Tensor]]],
-                     host_tensors: Callable[[], Iterable[torch.Tensor]] = lambda: ()) -> Iterator[None]:
+    def measure_step(
+        self,
+        parts: Callable[[], dict[str, Iterable[torch.Tensor]]],
+        host_tensors: Callable[[], Iterable[torch.Tensor]] = lambda: (),
+    ) -> Iterator[None]:
         """Wrap exactly one training step. ``parts()`` names this rank's parameters, optimizer
         state and stashed weights (read when the step ends, for the breakdown; gradients are read
         as each optimizer steps); on CPU, ``host_tensors()`` are the host-only tensors to leave
@@ -138,7 +141,10 @@ class StepMeter:
                 torch.cuda.synchronize(self.device)
                 torch.cuda.reset_peak_memory_stats(self.device)
                 start = int(torch.cuda.memory_allocated(self.device))
-                with _native_stderr_silenced(), profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+                with (
+                    _native_stderr_silenced(),
+                    profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof,
+                ):
                     yield
                     torch.cuda.synchronize(self.device)  # inside the profile: its kernels are in it
                 peak = int(torch.cuda.max_memory_allocated(self.device))
@@ -148,8 +154,7 @@ class StepMeter:
                 # drops them in torch 2.14): strategies that compute in other threads run them
                 # inline for this step (Strategy.memory_step_context). The running total still
                 # counts every thread's blocks.
-                with _native_stderr_silenced(), profile(activities=[ProfilerActivity.CPU],
-                                                        profile_memory=True) as prof:
+                with _native_stderr_silenced(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
                     yield
                 start, peak = _start_and_peak_total(prof, "cpu")
                 self.spans, self.idle, lanes = compute_spans(prof)
@@ -191,8 +196,21 @@ def _start_and_peak_total(prof, device_type: str) -> tuple[int, int]:
 
 # operators that move data between ranks or wait for it: idle time, not compute; kept apart as
 # collectives or point-to-point for the idle breakdown (harness.metrics.idle)
-_COMMUNICATION = ("c10d", "gloo", "nccl", "record_param_comms", "send", "recv", "all_reduce", "allreduce",
-                  "broadcast", "barrier", "gather", "scatter", "wait")
+_COMMUNICATION = (
+    "c10d",
+    "gloo",
+    "nccl",
+    "record_param_comms",
+    "send",
+    "recv",
+    "all_reduce",
+    "allreduce",
+    "broadcast",
+    "barrier",
+    "gather",
+    "scatter",
+    "wait",
+)
 _COLLECTIVE = ("all_reduce", "allreduce", "broadcast", "barrier", "gather", "scatter", "reduce")
 
 
@@ -206,6 +224,8 @@ def comm_kind(name: str) -> str:
 def _comm_blocks(ops: list[tuple[int, int, str]], first: int) -> list[tuple[str, float, float]]:
     """Communication operators (start ns, end ns, kind) as (kind, start, end), seconds from ``first``."""
     return [(kind, (start - first) / 1e9, (end - first) / 1e9) for start, end, kind in sorted(ops)]
+
+
 _MERGE_GAP_NS = 100_000  # adjacent operators of one kind closer than this form one block
 # torch pipelining's multi-stage runtime names each action's span "PP:<stage><kind><micro-batch>"
 # (our executor names its I and W actions the same way): the backward operators under I and W
@@ -270,8 +290,7 @@ def compute_spans(prof) -> tuple[list[tuple[str, float, float]], dict | None, di
         if node.extra_fields.scope == RecordScope.USER_SCOPE:  # an annotation: look inside
             action, annotated = _LIBRARY_ACTION.fullmatch(name), _STAGE.fullmatch(name)
             for child in node.children:
-                visit(child, kind, action.group(1) if action else part,
-                      int(annotated.group(1)) if annotated else stage)
+                visit(child, kind, action.group(1) if action else part, int(annotated.group(1)) if annotated else stage)
             return
         if any(word in name.lower() for word in _COMMUNICATION):
             comm.append((node.start_time_ns, node.end_time_ns, comm_kind(name)))
@@ -292,8 +311,10 @@ def compute_spans(prof) -> tuple[list[tuple[str, float, float]], dict | None, di
     spans, idle = busy_blocks([op[:3] for op in ops], first, last)
     if idle:
         idle["comm"] = _comm_blocks(comm, first)
-    lanes = {j: busy_blocks([op[:3] for op in ops if op[3] == j], first, last)
-             for j in sorted({op[3] for op in ops if op[3] is not None})}
+    lanes = {
+        j: busy_blocks([op[:3] for op in ops if op[3] == j], first, last)
+        for j in sorted({op[3] for op in ops if op[3] is not None})
+    }
     return spans, idle, lanes
 
 
@@ -303,23 +324,32 @@ def device_spans(prof) -> tuple[list[tuple[str, float, float]], dict | None, dic
     where the process drives several GPUs (torchgpipe), each GPU's own (keyed by its index).
     The device's timestamps are on the host's clock (CUPTI converts them), so ranks line up."""
     kernels = [e for e in prof.profiler.kineto_results.events() if e.device_type() == torch.autograd.DeviceType.CUDA]
-    ops = [(e.start_ns(), e.start_ns() + e.duration_ns(), "GPU", e.device_index())
-           for e in kernels if not e.name().lower().startswith("nccl")]
-    comm = [(e.start_ns(), e.start_ns() + e.duration_ns(), comm_kind(e.name()))
-            for e in kernels if e.name().lower().startswith("nccl")]
+    ops = [
+        (e.start_ns(), e.start_ns() + e.duration_ns(), "GPU", e.device_index())
+        for e in kernels
+        if not e.name().lower().startswith("nccl")
+    ]
+    comm = [
+        (e.start_ns(), e.start_ns() + e.duration_ns(), comm_kind(e.name()))
+        for e in kernels
+        if e.name().lower().startswith("nccl")
+    ]
     if not ops:
         return [], None, {}
     first, last = min(o[0] for o in ops), max(o[1] for o in ops)
     devices = sorted({o[3] for o in ops})
-    lanes = {d: busy_blocks([o[:3] for o in ops if o[3] == d], first, last) for d in devices} if len(devices) > 1 else {}
+    lanes = (
+        {d: busy_blocks([o[:3] for o in ops if o[3] == d], first, last) for d in devices} if len(devices) > 1 else {}
+    )
     spans, idle = busy_blocks([o[:3] for o in ops], first, last)
     if idle:
         idle["comm"] = _comm_blocks(comm, first)
     return spans, idle, lanes
 
 
-def busy_blocks(ops: list[tuple[int, int, str]], first: int | None, last: int | None
-                ) -> tuple[list[tuple[str, float, float]], dict | None]:
+def busy_blocks(
+    ops: list[tuple[int, int, str]], first: int | None, last: int | None
+) -> tuple[list[tuple[str, float, float]], dict | None]:
     """Work intervals (start ns, end ns, kind) within [first, last]: their union's blocks, merged
     per kind across gaps under ``_MERGE_GAP_NS``, in epoch seconds, and the idle fraction."""
     if first is None or last <= first:
@@ -343,11 +373,19 @@ def busy_blocks(ops: list[tuple[int, int, str]], first: int | None, last: int | 
         else:
             blocks.append([kind, start, end])
     span = last - first
-    return ([(kind, start / 1e9, end / 1e9) for kind, start, end in blocks],
-            {"idle_fraction": 1 - busy / span, "compute_s": busy / 1e9, "step_s": span / 1e9,
-             "start_s": first / 1e9, "end_s": last / 1e9, "busy_s": {k: v / 1e9 for k, v in by_kind.items()},
-             # seconds from ``start_s``: epoch seconds as floats would lose a microsecond per interval
-             "union": [((start - first) / 1e9, (end - first) / 1e9) for start, end in union]})
+    return (
+        [(kind, start / 1e9, end / 1e9) for kind, start, end in blocks],
+        {
+            "idle_fraction": 1 - busy / span,
+            "compute_s": busy / 1e9,
+            "step_s": span / 1e9,
+            "start_s": first / 1e9,
+            "end_s": last / 1e9,
+            "busy_s": {k: v / 1e9 for k, v in by_kind.items()},
+            # seconds from ``start_s``: epoch seconds as floats would lose a microsecond per interval
+            "union": [((start - first) / 1e9, (end - first) / 1e9) for start, end in union],
+        },
+    )
 
 
 def job_idle_fractions(idles: list[dict]) -> list[float]:

@@ -55,11 +55,18 @@ def workload_of(spec) -> Workload:
     # one stage per worker, run in 1F1B's steady state (AshPipe's too): what the stage factors time
     if boundaries and len(boundaries) + 1 == spec.world_size and schedule in ("1f1b", ASYNC):
         stages = [tuple(r) for r in stage_ranges(list(boundaries), num_layers(spec.model))]
-    return Workload(model=spec.model, seed=spec.seed, image_size=spec.data.image_size,
-                    samples=spec.strategy_cls.samples_per_forward(spec), workers=spec.world_size,
-                    threads=threads_per_process(spec.launch.threads_per_worker, spec.world_size),
-                    train=spec.train, num_classes=spec.model.num_classes, precision=spec.train.precision,
-                    stages=stages)
+    return Workload(
+        model=spec.model,
+        seed=spec.seed,
+        image_size=spec.data.image_size,
+        samples=spec.strategy_cls.samples_per_forward(spec),
+        workers=spec.world_size,
+        threads=threads_per_process(spec.launch.threads_per_worker, spec.world_size),
+        train=spec.train,
+        num_classes=spec.model.num_classes,
+        precision=spec.train.precision,
+        stages=stages,
+    )
 
 
 def device_of(spec) -> torch.device:
@@ -82,8 +89,9 @@ def read_profile(path: str, key: str = "sim.profile") -> Profile:
     except ConfigError:
         raise
     except (OSError, ValueError, KeyError, TypeError) as e:
-        raise ConfigError(f"the profile {path} cannot be read ({type(e).__name__}: {e}); make it again with "
-                          "pipebench profile") from None
+        raise ConfigError(
+            f"the profile {path} cannot be read ({type(e).__name__}: {e}); make it again with pipebench profile"
+        ) from None
 
 
 def profile_for(spec, shipped: bool = False, measure: bool = True) -> tuple[Profile | None, str]:
@@ -112,18 +120,28 @@ def roofline_of(spec) -> tuple[Profile, str]:
     if sim.gpu_profile:
         measured = read_profile(sim.gpu_profile, "sim.gpu_profile")
         gpu_name = measured.meta.get("gpu") or ""
-        if not gpu_name or not any(re.search(p, gpu_name) for p, _ in GPU_MEMORY_BANDWIDTH) or \
-                not re.search(re.escape(sim.gpu), gpu_name):
-            raise ConfigError(f"sim.gpu_profile={sim.gpu_profile} was measured on '{gpu_name or 'a CPU'}', not on "
-                              f"sim.gpu={sim.gpu}")
+        if (
+            not gpu_name
+            or not any(re.search(p, gpu_name) for p, _ in GPU_MEMORY_BANDWIDTH)
+            or not re.search(re.escape(sim.gpu), gpu_name)
+        ):
+            raise ConfigError(
+                f"sim.gpu_profile={sim.gpu_profile} was measured on '{gpu_name or 'a CPU'}', not on sim.gpu={sim.gpu}"
+            )
         fraction = measured_fraction(measured, spec.model, spec.data.image_size, spec.train.precision, gpu_name)
         source = f"measured: {sim.gpu_profile}"
     try:
         device = gpu(sim.gpu, spec.train.precision, fraction, source)
     except ValueError as e:
         raise ConfigError(f"sim.gpu={sim.gpu}: {e}") from None
-    profile = roofline_profile(spec.model, spec.data.image_size, spec.strategy_cls.samples_per_forward(spec),
-                               spec.train.precision, device, configured_cluster(spec).network())
+    profile = roofline_profile(
+        spec.model,
+        spec.data.image_size,
+        spec.strategy_cls.samples_per_forward(spec),
+        spec.train.precision,
+        device,
+        configured_cluster(spec).network(),
+    )
     return profile, f"roofline {sim.gpu} at {fraction:.2f} of its datasheet ({source})"
 
 
@@ -153,10 +171,21 @@ def forecast(spec, profile: Profile | None = None, shipped: bool = False, measur
     layout = spec.strategy_cls.simulated(spec, profile, cluster)
     spread = None
     if spec.sim.draws and spec.sim.compute == "roofline":
-        raise ConfigError("sim.draws draws from a measured profile's spread, which the roofline model has not: "
-                          "give sim.compute=profile with sim.profile, or sim.draws=0")
+        raise ConfigError(
+            "sim.draws draws from a measured profile's spread, which the roofline model has not: "
+            "give sim.compute=profile with sim.profile, or sim.draws=0"
+        )
     if spec.sim.draws:  # a run's measured steps: those after its warm-up
-        spread = predict_spread(profile, cluster, layout, spec.world_size, spec.train.global_batch, spec.sim.draws,
-                                min(SPREAD_STEPS, spec.train.steps - spec.train.warmup_steps), seed=spec.seed)
-    return Forecast(predict(profile, cluster, layout, spec.world_size, spec.train.global_batch), profile, cluster,
-                    source, spread)
+        spread = predict_spread(
+            profile,
+            cluster,
+            layout,
+            spec.world_size,
+            spec.train.global_batch,
+            spec.sim.draws,
+            min(SPREAD_STEPS, spec.train.steps - spec.train.warmup_steps),
+            seed=spec.seed,
+        )
+    return Forecast(
+        predict(profile, cluster, layout, spec.world_size, spec.train.global_batch), profile, cluster, source, spread
+    )

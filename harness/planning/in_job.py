@@ -44,9 +44,12 @@ def assumed_network(spec) -> Network | None:
 def plan_here(spec, layers, device: torch.device, network: Network, workers: int) -> tuple[Plan, Profile]:
     """The plan for ``workers`` from ``layers`` profiled on ``device`` in the run's precision."""
     with visiting(layers, device):  # no copy of the layers stays on the device
-        profile = Profile(profile_layers(with_precision(layers, spec.train.precision),
-                                         profile_sample(spec, device, workers)),
-                          network, str(device), spec.train.global_batch)
+        profile = Profile(
+            profile_layers(with_precision(layers, spec.train.precision), profile_sample(spec, device, workers)),
+            network,
+            str(device),
+            spec.train.global_batch,
+        )
     return plan(profile, workers, spec.train.global_batch, memory_limit_bytes(spec, device)), profile
 
 

@@ -125,13 +125,21 @@ class Profile:
         d = json.loads(text)
         if d.get("version") != PROFILE_VERSION:
             raise ConfigError(f"profile version {d.get('version')} is not {PROFILE_VERSION}; profile again")
-        return Profile(layers=[LayerProfile(**l) for l in d["layers"]], network=Network(**d["network"]),
-                       device=d["device"], batch=d["batch"],
-                       optimizer_state_per_param_byte=d.get("optimizer_state_per_param_byte", 2.0),
-                       meta=d.get("meta", {}), step_factor=d.get("step_factor", 1.0),
-                       optimizer_s_per_byte=d.get("optimizer_s_per_byte", 0.0), runtime=_runtimes(d.get("runtime")),
-                       meeting_factor=d.get("meeting_factor", 1.0), stage_factors=d.get("stage_factors"),
-                       wake=d.get("wake"), spread=d.get("spread"))
+        return Profile(
+            layers=[LayerProfile(**l) for l in d["layers"]],
+            network=Network(**d["network"]),
+            device=d["device"],
+            batch=d["batch"],
+            optimizer_state_per_param_byte=d.get("optimizer_state_per_param_byte", 2.0),
+            meta=d.get("meta", {}),
+            step_factor=d.get("step_factor", 1.0),
+            optimizer_s_per_byte=d.get("optimizer_s_per_byte", 0.0),
+            runtime=_runtimes(d.get("runtime")),
+            meeting_factor=d.get("meeting_factor", 1.0),
+            stage_factors=d.get("stage_factors"),
+            wake=d.get("wake"),
+            spread=d.get("spread"),
+        )
 
 
 def _runtimes(stored) -> list[dict] | None:
@@ -181,12 +189,14 @@ class Plan:
     def describe(self, layer_names: list[str] | None = None, data_parallel: "StageChoice | None" = None) -> str:
         n_layers = self.stages[-1].last
         names = layer_names or [str(i) for i in range(n_layers)]
-        lines = [f"AshPipe plan for {self.world_size} workers, global batch {self.global_batch}: "
-                 f"{len(self.stages)} stage(s), replicas {self.replicas}, boundaries {self.boundaries}",
-                 f"predicted time per minibatch {self.step_s * 1e3:.2f} ms "
-                 f"({self.global_batch / self.step_s:.1f} samples/s in steady state)",
-                 f"{'stage':>5} {'layers':>14} {'replicas':>8} {'compute ms':>10} {'allreduce ms':>12} "
-                 f"{'transfer ms':>11} {'total ms':>9} {'memory MiB':>10}  note"]
+        lines = [
+            f"AshPipe plan for {self.world_size} workers, global batch {self.global_batch}: "
+            f"{len(self.stages)} stage(s), replicas {self.replicas}, boundaries {self.boundaries}",
+            f"predicted time per minibatch {self.step_s * 1e3:.2f} ms "
+            f"({self.global_batch / self.step_s:.1f} samples/s in steady state)",
+            f"{'stage':>5} {'layers':>14} {'replicas':>8} {'compute ms':>10} {'allreduce ms':>12} "
+            f"{'transfer ms':>11} {'total ms':>9} {'memory MiB':>10}  note",
+        ]
         slowest = max(range(len(self.stages)), key=lambda k: self.stages[k].time_s)
         for k, s in enumerate(self.stages):
             notes = []
@@ -195,9 +205,11 @@ class Plan:
             if s.recompute:
                 notes.append("recomputes (did not fit otherwise)")
             layer_desc = f"{s.first}..{s.last - 1}" if s.last - s.first > 1 else f"{s.first}"
-            lines.append(f"{k:>5} {layer_desc:>14} {s.replicas:>8} {s.compute_s * 1e3:>10.2f} {s.allreduce_s * 1e3:>12.2f} "
-                         f"{s.transfer_s * 1e3:>11.2f} {s.time_s * 1e3:>9.2f} {s.memory_bytes / 2**20:>10.1f}  "
-                         + ", ".join(notes))
+            lines.append(
+                f"{k:>5} {layer_desc:>14} {s.replicas:>8} {s.compute_s * 1e3:>10.2f} {s.allreduce_s * 1e3:>12.2f} "
+                f"{s.transfer_s * 1e3:>11.2f} {s.time_s * 1e3:>9.2f} {s.memory_bytes / 2**20:>10.1f}  "
+                + ", ".join(notes)
+            )
         kinds = []
         for i, name in enumerate(names):
             if kinds and kinds[-1][0] == name:
@@ -205,18 +217,23 @@ class Plan:
             else:
                 kinds.append([name, i, i])
         lines.append("layers: " + ", ".join(f"{a}..{b} {n}" if a != b else f"{a} {n}" for n, a, b in kinds))
-        lines.append("why: every contiguous split and replica count using all workers was costed; this one has "
-                     "the fastest slowest stage, which sets the time per minibatch of an asynchronous pipeline.")
+        lines.append(
+            "why: every contiguous split and replica count using all workers was costed; this one has "
+            "the fastest slowest stage, which sets the time per minibatch of an asynchronous pipeline."
+        )
         if data_parallel is not None:
-            lines.append(f"versus data parallelism on all {self.world_size} workers: {data_parallel.time_s * 1e3:.2f} ms "
-                         f"per minibatch (compute {data_parallel.compute_s * 1e3:.2f}, all-reduce "
-                         f"{data_parallel.allreduce_s * 1e3:.2f}); predicted speedup "
-                         f"{data_parallel.time_s / self.step_s:.3f}x")
+            lines.append(
+                f"versus data parallelism on all {self.world_size} workers: {data_parallel.time_s * 1e3:.2f} ms "
+                f"per minibatch (compute {data_parallel.compute_s * 1e3:.2f}, all-reduce "
+                f"{data_parallel.allreduce_s * 1e3:.2f}); predicted speedup "
+                f"{data_parallel.time_s / self.step_s:.3f}x"
+            )
         return "\n".join(lines)
 
 
-def stage_cost(profile: Profile, first: int, last: int, replicas: int, versions: int, global_batch: int,
-               memory_limit: float | None) -> StageChoice | None:
+def stage_cost(
+    profile: Profile, first: int, last: int, replicas: int, versions: int, global_batch: int, memory_limit: float | None
+) -> StageChoice | None:
     """The stage's cost, with recomputation if needed to fit; None if it cannot fit at all."""
     layers = profile.layers[first:last]
     share = global_batch / replicas
@@ -245,8 +262,13 @@ def data_parallel_cost(profile: Profile, world_size: int, global_batch: int) -> 
     return stage_cost(profile, 0, len(profile.layers), world_size, 1, global_batch, None)
 
 
-def plan(profile: Profile, world_size: int, global_batch: int, memory_limit: float | None = None,
-         max_stages: int | None = None) -> Plan:
+def plan(
+    profile: Profile,
+    world_size: int,
+    global_batch: int,
+    memory_limit: float | None = None,
+    max_stages: int | None = None,
+) -> Plan:
     """Minimise the slowest stage over splits and replica counts using exactly ``world_size`` workers.
 
     Dynamic programming over suffixes: ``best(i, w, k)`` is the best pipeline for
@@ -257,7 +279,8 @@ def plan(profile: Profile, world_size: int, global_batch: int, memory_limit: flo
     max_stages = min(n, world_size, max_stages or n)
     inf = float("inf")
     cost = functools.lru_cache(maxsize=None)(
-        lambda i, j, m, k: stage_cost(profile, i, j, m, k, global_batch, memory_limit))
+        lambda i, j, m, k: stage_cost(profile, i, j, m, k, global_batch, memory_limit)
+    )
     # best[(i, w, k)] = (slowest stage time, first stage choice, next key)
     best: dict[tuple[int, int, int], tuple[float, StageChoice | None, tuple | None]] = {(n, 0, 0): (0.0, None, None)}
     for k in range(1, max_stages + 1):

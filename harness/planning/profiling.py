@@ -87,8 +87,9 @@ def _saved_bytes(fn) -> tuple[object, int]:
     return out, sum(saved.values())
 
 
-def profile_layers(layers: list[nn.Module], sample: torch.Tensor, repeats: int = 5,
-                   budget_s: float = 5.0) -> list[LayerProfile]:
+def profile_layers(
+    layers: list[nn.Module], sample: torch.Tensor, repeats: int = 5, budget_s: float = 5.0
+) -> list[LayerProfile]:
     """Measure each layer at ``sample``'s batch size on its device; per-sample figures.
 
     Layers with the same type, parameter shapes and input shape are measured once
@@ -145,10 +146,17 @@ def profile_layers(layers: list[nn.Module], sample: torch.Tensor, repeats: int =
                     for kept, t in zip((fwd, bwd, bwd_input, bwd_weight), times):
                         kept.append(t)
             layer.zero_grad(set_to_none=True)
-            prof = LayerProfile(name, _median(fwd) / batch, _median(bwd) / batch,
-                                y[0].numel() * y.element_size(), saved // batch,
-                                x[0].numel() * x.element_size(), param_bytes,
-                                _median(bwd_input) / batch, _median(bwd_weight) / batch)
+            prof = LayerProfile(
+                name,
+                _median(fwd) / batch,
+                _median(bwd) / batch,
+                y[0].numel() * y.element_size(),
+                saved // batch,
+                x[0].numel() * x.element_size(),
+                param_bytes,
+                _median(bwd_input) / batch,
+                _median(bwd_weight) / batch,
+            )
             cache[key] = prof
         out_profiles.append(prof)
         x = y.detach()
@@ -238,9 +246,13 @@ def measure_network(comm, size_bytes: int = 8 * 2**20, repeats: int = 5, pings: 
     # after a scheduler's slice (about 3 ms), and a run pays the mean (measured on rank 1 only)
     extra = statistics.mean(late[True]) - statistics.mean(late[False]) if late[True] else 0.0
     late_t = comm.broadcast_object(max(extra, 0.0), src=1) if w > 1 else 0.0
-    return Network(p2p_bytes_per_s=size_bytes / max(p2p_t - lat_t, 1e-9) if p2p_t else float("inf"),
-                   allreduce_bytes_per_s=(2 * (w - 1) / w * size_bytes / ar_t) if w > 1 else float("inf"),
-                   latency_s=lat_t, late_receive_s=late_t, spread=spread)
+    return Network(
+        p2p_bytes_per_s=size_bytes / max(p2p_t - lat_t, 1e-9) if p2p_t else float("inf"),
+        allreduce_bytes_per_s=(2 * (w - 1) / w * size_bytes / ar_t) if w > 1 else float("inf"),
+        latency_s=lat_t,
+        late_receive_s=late_t,
+        spread=spread,
+    )
 
 
 def measure_local_network() -> Network:
@@ -293,24 +305,44 @@ def measure_profile(work: Workload, device: torch.device, network: Network | Non
     layers, pass_s, update_s = slowest.layers, slowest.pass_s, slowest.update_s
     calibrated = _calibrated(layers, whole)
     threads = work.threads if device.type == "cpu" else torch.get_num_threads()
-    meta = {"model": getattr(work.model, "name", None), "threads": threads, "precision": work.precision, "torch": torch.__version__,
-            "python": platform.python_version(), "host": platform.node(), "cpus": os.cpu_count(),
-            "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
-            "step_factor_note": f"forward, loss and backward of {'the whole' if whole else 'a shortened'} model / "
-                                "the sum of its layers' isolated times, measured by the same process; optimizer "
-                                "update timed on its own"}
+    meta = {
+        "model": getattr(work.model, "name", None),
+        "threads": threads,
+        "precision": work.precision,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "host": platform.node(),
+        "cpus": os.cpu_count(),
+        "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
+        "step_factor_note": f"forward, loss and backward of {'the whole' if whole else 'a shortened'} model / "
+        "the sum of its layers' isolated times, measured by the same process; optimizer "
+        "update timed on its own",
+    }
     if wake:
-        meta["wake_note"] = ("[seconds asleep, what a forward or backward then adds over one straight after work]: "
-                             "each measuring process's stage, else the whole model; their mean")
+        meta["wake_note"] = (
+            "[seconds asleep, what a forward or backward then adds over one straight after work]: "
+            "each measuring process's stage, else the whole model; their mean"
+        )
     if stage_factors:
-        stages_note = "each stage's steady-state pass (its forwards ahead as 1F1B runs them) / its kept layers' " \
-                      "isolated times; stages timed side by side"
+        stages_note = (
+            "each stage's steady-state pass (its forwards ahead as 1F1B runs them) / its kept layers' "
+            "isolated times; stages timed side by side"
+        )
     if stages_note:
         meta["stage_factors_note"] = stages_note
-    return Profile(layers, network, str(device), work.samples, meta=meta,
-                   step_factor=pass_s / _isolated_s(calibrated, work.samples),
-                   optimizer_s_per_byte=update_s / sum(l.param_bytes for l in calibrated), meeting_factor=meeting,
-                   stage_factors=stage_factors, wake=wake, spread=compute_spread([m.pass_rounds for m in measured]))
+    return Profile(
+        layers,
+        network,
+        str(device),
+        work.samples,
+        meta=meta,
+        step_factor=pass_s / _isolated_s(calibrated, work.samples),
+        optimizer_s_per_byte=update_s / sum(l.param_bytes for l in calibrated),
+        meeting_factor=meeting,
+        stage_factors=stage_factors,
+        wake=wake,
+        spread=compute_spread([m.pass_rounds for m in measured]),
+    )
 
 
 def compute_spread(pass_rounds: list[list[list[float]]]) -> dict:
@@ -379,8 +411,15 @@ def measuring_rounds(work: Workload) -> int:
     return int(min(MAX_ROUNDS, max(3, math.ceil(ROUNDS_FLOPS / max(flops, 1.0)))))
 
 
-def _measure(work: Workload, device: torch.device, side_by_side=None, rounds: int | None = None, *, whole: bool,
-             stage: int | None = None) -> _Measurement:
+def _measure(
+    work: Workload,
+    device: torch.device,
+    side_by_side=None,
+    rounds: int | None = None,
+    *,
+    whole: bool,
+    stage: int | None = None,
+) -> _Measurement:
     """Per-layer times and whole-pass times of the model (:func:`_calibrated`), in this process,
     and with ``stage``, the steady-state pass of stage ``work.stages[stage]``.
 
@@ -416,14 +455,28 @@ def _measure(work: Workload, device: torch.device, side_by_side=None, rounds: in
             stage_passes.append(_stage_pass_s(work, layers, stage, stage_input, repeats=6, budget_s=2.0))
         if device.type == "cpu":
             wakes.append(_wake_s(work, *woken))
-    profiled = [replace(first, **{k: statistics.median(getattr(r[i], k) for r in layer_rounds)
-                                  for k in ("forward_s", "backward_s", "backward_input_s", "backward_weight_s")})
-                for i, first in enumerate(layer_rounds[0])]
-    lockstep = _lockstep_passes(work, _calibrated(layers, whole), sample, side_by_side) if side_by_side is not None else []
-    return _Measurement(profiled, statistics.median(statistics.median(r) for r in passes), statistics.median(updates),
-                        lockstep, statistics.median(stage_passes) if stage_passes else None,
-                        [statistics.median(w[i] for w in wakes) for i in range(len(WAKE_IDLE_S))] if wakes else None,
-                        passes)
+    profiled = [
+        replace(
+            first,
+            **{
+                k: statistics.median(getattr(r[i], k) for r in layer_rounds)
+                for k in ("forward_s", "backward_s", "backward_input_s", "backward_weight_s")
+            },
+        )
+        for i, first in enumerate(layer_rounds[0])
+    ]
+    lockstep = (
+        _lockstep_passes(work, _calibrated(layers, whole), sample, side_by_side) if side_by_side is not None else []
+    )
+    return _Measurement(
+        profiled,
+        statistics.median(statistics.median(r) for r in passes),
+        statistics.median(updates),
+        lockstep,
+        statistics.median(stage_passes) if stage_passes else None,
+        [statistics.median(w[i] for w in wakes) for i in range(len(WAKE_IDLE_S))] if wakes else None,
+        passes,
+    )
 
 
 def _stage_pass_s(work: Workload, layers, stage: int, x: torch.Tensor, repeats: int, budget_s: float) -> float:
@@ -549,8 +602,9 @@ def _load_measurement(path: str) -> _Measurement:
     return _Measurement(**{**d, "layers": [LayerProfile(**l) for l in d["layers"]]})
 
 
-def _whole_step_s(work: Workload, layers, sample: torch.Tensor, repeats: int,
-                  budget_s: float) -> tuple[float, list[float]]:
+def _whole_step_s(
+    work: Workload, layers, sample: torch.Tensor, repeats: int, budget_s: float
+) -> tuple[float, list[float]]:
     """Times of a real training step of ``layers`` on ``sample`` (one worker): (the optimizer
     update's median; every forward, loss and backward timed). Large models stop at the time budget."""
     model = torch.nn.Sequential(*layers)

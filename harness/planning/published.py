@@ -31,8 +31,10 @@ import pandas as pd
 from harness.planning.roofline import gpu, roofline_profile
 from harness.planning.simulator import Cluster, SimLayout, predict
 
-SOURCE = ("Qi et al., Zero Bubble Pipeline Parallelism, ICLR 2024 (arXiv 2401.10241v1): Table 3 (models), "
-          "Table 4 (samples per GPU per second)")
+SOURCE = (
+    "Qi et al., Zero Bubble Pipeline Parallelism, ICLR 2024 (arXiv 2401.10241v1): Table 3 (models), "
+    "Table 4 (samples per GPU per second)"
+)
 GPU_NAME = "NVIDIA A100-SXM4-80GB"
 # the paper's column -> our schedule (stages per rank: None for as many as a rank has layers)
 SCHEDULES = {"1F1B": ("1f1b", 1), "1F1B-I": ("interleaved_1f1b", None), "ZB-1p": ("zb_h1", 1)}
@@ -53,16 +55,23 @@ class Published:
 def _table() -> list[Published]:
     # Table 3: layers, heads, hidden, GPUs, micro-batch size; Table 4: per micro-batch count m,
     # 1F1B, 1F1B-I, ZB-1p and ZB-2p
-    models = {"1.5B": (22, 24, 2304, 8, 6), "6.2B": (30, 32, 4096, 8, 3), "14.6B": (46, 40, 5120, 16, 1),
-              "28.3B": (62, 48, 6144, 32, 1)}
+    models = {
+        "1.5B": (22, 24, 2304, 8, 6),
+        "6.2B": (30, 32, 4096, 8, 3),
+        "14.6B": (46, 40, 5120, 16, 1),
+        "28.3B": (62, 48, 6144, 32, 1),
+    }
     figures = {
         "1.5B": {24: (11.8, 13.1, 12.9, 14.5), 32: (12.5, 13.4, 13.4, 14.8), 64: (13.6, 13.9, 14.2, 14.9)},
         "6.2B": {24: (3.50, 4.01, 3.88, 4.32), 32: (3.70, 4.08, 4.00, 4.35), 64: (4.03, 4.19, 4.20, 4.39)},
         "14.6B": {48: (1.40, 1.54, 1.61, 1.81), 64: (1.49, 1.59, 1.67, 1.83), 128: (1.64, 1.66, 1.76, 1.85)},
         "28.3B": {96: (0.76, 0.82, 0.87, 0.99), 128: (0.80, 0.85, 0.90, 1.00), 256: (0.88, 0.90, 0.96, 1.00)},
     }
-    return [Published(name, *models[name], m, dict(zip(("1F1B", "1F1B-I", "ZB-1p", "ZB-2p"), row)))
-            for name, rows in figures.items() for m, row in rows.items()]
+    return [
+        Published(name, *models[name], m, dict(zip(("1F1B", "1F1B-I", "ZB-1p", "ZB-2p"), row)))
+        for name, rows in figures.items()
+        for m, row in rows.items()
+    ]
 
 
 TABLE = _table()
@@ -71,14 +80,32 @@ FIT_ON = ("6.2B", 32, "1F1B")
 
 def model_config(p: Published) -> SimpleNamespace:
     """The paper's transformer stack as this harness's model settings (see the module docstring)."""
-    return SimpleNamespace(name=f"gpt_{p.model}", img_size=32, patch_size=1, embed_dim=p.hidden, depth=p.layers + 2,
-                           num_heads=p.heads, mlp_ratio=4.0, num_classes=100, qkv_bias=True, pretrained=None)
+    return SimpleNamespace(
+        name=f"gpt_{p.model}",
+        img_size=32,
+        patch_size=1,
+        embed_dim=p.hidden,
+        depth=p.layers + 2,
+        num_heads=p.heads,
+        mlp_ratio=4.0,
+        num_classes=100,
+        qkv_bias=True,
+        pretrained=None,
+    )
 
 
 def cluster() -> Cluster:
     """The dgx_nvlink preset (conf/cluster/dgx_nvlink.yaml) with as many nodes as the largest run needs."""
-    return Cluster(name="dgx_nvlink", devices_per_node=8, nodes=4, intra_node_gbps=150, inter_node_gbps=12.5,
-                   latency_us=5, inter_latency_us=10, memory_gib=80)
+    return Cluster(
+        name="dgx_nvlink",
+        devices_per_node=8,
+        nodes=4,
+        intra_node_gbps=150,
+        inter_node_gbps=12.5,
+        latency_us=5,
+        inter_latency_us=10,
+        memory_gib=80,
+    )
 
 
 @functools.lru_cache(maxsize=None)
@@ -86,8 +113,9 @@ def _profile(model: str, fraction: float):
     """The roofline profile of the paper's ``model`` (one per model: its micro-batch size is fixed)."""
     p = next(p for p in TABLE if p.model == model)
     cfg = model_config(p)
-    return roofline_profile(cfg, cfg.img_size, p.micro_batch, "bf16", gpu(GPU_NAME, "bf16", fraction),
-                            cluster().network())
+    return roofline_profile(
+        cfg, cfg.img_size, p.micro_batch, "bf16", gpu(GPU_NAME, "bf16", fraction), cluster().network()
+    )
 
 
 def predicted(p: Published, column: str, fraction: float) -> float:
@@ -100,8 +128,16 @@ def predicted(p: Published, column: str, fraction: float) -> float:
     per_stage = cfg.depth // stages
     # layer 0 is the embedding, the last the head: they join the first and the last stage
     boundaries = [1 + per_stage * s for s in range(1, stages)]
-    layout = SimLayout(column, [1] * p.gpus, boundaries, p.micro_batches, schedule, set(), hides_allreduce=False,
-                       stages_per_rank=per_rank)
+    layout = SimLayout(
+        column,
+        [1] * p.gpus,
+        boundaries,
+        p.micro_batches,
+        schedule,
+        set(),
+        hides_allreduce=False,
+        stages_per_rank=per_rank,
+    )
     pred = predict(profile, cluster(), layout, p.gpus, p.micro_batch * p.micro_batches)
     return pred.throughput / p.gpus
 
@@ -129,9 +165,19 @@ def comparison(progress=None) -> tuple[pd.DataFrame, float]:
             published = p.samples_per_gpu_s[column]
             ratio_pub = published / p.samples_per_gpu_s["1F1B"]
             ratio_ours = value / ours["1F1B"]
-            rows.append({"model": p.model, "gpus": p.gpus, "micro_batches": p.micro_batches, "schedule": column,
-                         "published": published, "predicted": value, "error": value / published - 1,
-                         "ratio_published": ratio_pub, "ratio_predicted": ratio_ours,
-                         "ratio_error": ratio_ours / ratio_pub - 1,
-                         "fitted": (p.model, p.micro_batches, column) == FIT_ON})
+            rows.append(
+                {
+                    "model": p.model,
+                    "gpus": p.gpus,
+                    "micro_batches": p.micro_batches,
+                    "schedule": column,
+                    "published": published,
+                    "predicted": value,
+                    "error": value / published - 1,
+                    "ratio_published": ratio_pub,
+                    "ratio_predicted": ratio_ours,
+                    "ratio_error": ratio_ours / ratio_pub - 1,
+                    "fitted": (p.model, p.micro_batches, column) == FIT_ON,
+                }
+            )
     return pd.DataFrame(rows), fraction

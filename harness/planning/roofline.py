@@ -144,17 +144,24 @@ def roofline_layers(model_cfg, image_size: int, samples: int, precision: str, de
             inp = x.detach().requires_grad_(needs_grad)
             y = layer(inp)
             if needs_grad:
-                (_, groups), input_s = _timed(device, lambda: stage_backward_input([y], [torch.ones_like(y)], [inp],
-                                                                                   layer.parameters()))
+                (_, groups), input_s = _timed(
+                    device, lambda: stage_backward_input([y], [torch.ones_like(y)], [inp], layer.parameters())
+                )
                 _, weight_s = _timed(device, lambda: stage_backward_weight(layer.parameters(), groups))
             else:  # the first stage's whole backward is its weight part
                 input_s, weight_s = 0.0, backward_s
-            cache[key] = LayerProfile(name, forward_s / samples, backward_s / samples,
-                                      y[0].numel() * y.element_size(), saved // samples,
-                                      x[0].numel() * x.element_size(),
-                                      # fp32 master weights (and gradients), whatever the compute precision
-                                      sum(p.numel() * 4 for p in layer.parameters()),
-                                      input_s / samples, weight_s / samples)
+            cache[key] = LayerProfile(
+                name,
+                forward_s / samples,
+                backward_s / samples,
+                y[0].numel() * y.element_size(),
+                saved // samples,
+                x[0].numel() * x.element_size(),
+                # fp32 master weights (and gradients), whatever the compute precision
+                sum(p.numel() * 4 for p in layer.parameters()),
+                input_s / samples,
+                weight_s / samples,
+            )
             x = y.detach()
         else:
             with torch.no_grad():
@@ -163,14 +170,23 @@ def roofline_layers(model_cfg, image_size: int, samples: int, precision: str, de
     return out
 
 
-def roofline_profile(model_cfg, image_size: int, samples: int, precision: str, device: GPU,
-                     network: Network) -> Profile:
+def roofline_profile(
+    model_cfg, image_size: int, samples: int, precision: str, device: GPU, network: Network
+) -> Profile:
     """A profile of ``model_cfg`` on ``device`` from FLOPs and bytes (see the module docstring)."""
     layers = roofline_layers(model_cfg, image_size, samples, precision, device)
-    return Profile(layers, network, f"roofline:{device.name}", samples,
-                   optimizer_s_per_byte=ADAMW_BYTES_PER_PARAM_BYTE / (device.bandwidth * device.fraction),
-                   meta={"model": getattr(model_cfg, "name", None), "precision": precision,
-                         "compute_model": {"kind": "roofline", **asdict(device), "kernel_floor_s": KERNEL_FLOOR_S}})
+    return Profile(
+        layers,
+        network,
+        f"roofline:{device.name}",
+        samples,
+        optimizer_s_per_byte=ADAMW_BYTES_PER_PARAM_BYTE / (device.bandwidth * device.fraction),
+        meta={
+            "model": getattr(model_cfg, "name", None),
+            "precision": precision,
+            "compute_model": {"kind": "roofline", **asdict(device), "kernel_floor_s": KERNEL_FLOOR_S},
+        },
+    )
 
 
 def measured_fraction(measured: Profile, model_cfg, image_size: int, precision: str, name: str) -> float:

@@ -162,15 +162,36 @@ class Prediction:
         status, error = "ok", None
         if memory_gib is not None and max(mem) > memory_gib * 2**30:
             status = "failed"
-            error = (f"predicted peak memory {max(mem) / 2**30:.1f} GiB exceeds the cluster's {memory_gib:g} GiB "
-                     "per device (out of memory)")
-        return {"schema_version": SCHEMA_VERSION, "environment": environment(),
-                "status": status, "error": error, "simulated": True, "cluster": cluster, "strategy": self.strategy,
-                "model": model, "data": data, "world_size": self.world_size, "global_batch": self.global_batch,
-                "micro_batches": self.micro_batches, "throughput": self.throughput, "step_time_s": self.iteration_s,
-                "peak_memory_bytes": max(mem), "peak_memory_per_rank": mem, "bubble_fraction": self.bubble_fraction,
-                "comm_s": self.comm_s, "accuracy": None, "final_loss": None, "device": f"simulated:{cluster}",
-                "replicas": self.replicas, "boundaries": self.boundaries, "per_rank": ranks}
+            error = (
+                f"predicted peak memory {max(mem) / 2**30:.1f} GiB exceeds the cluster's {memory_gib:g} GiB "
+                "per device (out of memory)"
+            )
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "environment": environment(),
+            "status": status,
+            "error": error,
+            "simulated": True,
+            "cluster": cluster,
+            "strategy": self.strategy,
+            "model": model,
+            "data": data,
+            "world_size": self.world_size,
+            "global_batch": self.global_batch,
+            "micro_batches": self.micro_batches,
+            "throughput": self.throughput,
+            "step_time_s": self.iteration_s,
+            "peak_memory_bytes": max(mem),
+            "peak_memory_per_rank": mem,
+            "bubble_fraction": self.bubble_fraction,
+            "comm_s": self.comm_s,
+            "accuracy": None,
+            "final_loss": None,
+            "device": f"simulated:{cluster}",
+            "replicas": self.replicas,
+            "boundaries": self.boundaries,
+            "per_rank": ranks,
+        }
 
 
 @dataclass
@@ -227,8 +248,15 @@ class Draw:
         return 1.0 if self.transfer is None else self.transfer[self.rng.integers(len(self.transfer))]
 
 
-def predict(profile: Profile, cluster: Cluster, layout: SimLayout, world_size: int, global_batch: int,
-            overhead: tuple[float, float] | None = None, draw: Draw | None = None) -> Prediction:
+def predict(
+    profile: Profile,
+    cluster: Cluster,
+    layout: SimLayout,
+    world_size: int,
+    global_batch: int,
+    overhead: tuple[float, float] | None = None,
+    draw: Draw | None = None,
+) -> Prediction:
     """Replay ``layout``'s action lists with the profile's costs on ``cluster``.
 
     The lists are per rank position of the pipeline (a lane); where a lane holds several
@@ -256,8 +284,10 @@ def predict(profile: Profile, cluster: Cluster, layout: SimLayout, world_size: i
     stages_of_lane = [[s for s in range(S) if lane_of[s] == p] for p in range(P)]
     splits = any(a.op in (sch.BWD_I, sch.BWD_W) for acts in lists or [] for a in acts)
     if splits and any(l.backward_input_s is None for l in layers):
-        raise ConfigError(f"schedule {layout.schedule} splits each backward into its input- and weight-gradient "
-                          "parts, which this profile does not time; profile again (pipebench profile)")
+        raise ConfigError(
+            f"schedule {layout.schedule} splits each backward into its input- and weight-gradient "
+            "parts, which this profile does not time; profile again (pipebench profile)"
+        )
     ranks = _stage_ranks(replicas)
     # layer times measured in isolation, scaled to what a whole forward and backward measured on
     # the same device took, or each stage's own steady-state pass where the profile timed this cut
@@ -326,8 +356,13 @@ def predict(profile: Profile, cluster: Cluster, layout: SimLayout, world_size: i
     def cost(p: int, a: sch.Action) -> float:
         scale = meeting if a.op in sch.COMPUTE else 1.0
         if draw is not None:
-            scale *= draw.compute() if a.op in (*sch.COMPUTE, sch.STEP) else \
-                draw.send() if a.op in (sch.SEND_F, sch.SEND_B) else 1.0
+            scale *= (
+                draw.compute()
+                if a.op in (*sch.COMPUTE, sch.STEP)
+                else draw.send()
+                if a.op in (sch.SEND_F, sch.SEND_B)
+                else 1.0
+            )
         return work(p, a) * scale + (per_step if a.op == sch.STEP else per_action)
 
     def work(p: int, a: sch.Action) -> float:
@@ -355,28 +390,43 @@ def predict(profile: Profile, cluster: Cluster, layout: SimLayout, world_size: i
     busy_sender = profile.network.late_receive_s if cluster.host_overhead else 0.0
     if kind.asynchronous:
         n = 4 * S + 8
-        timeline = sch.replay(kind.lists(S, 1, n), cost, gloo, wake=wake, receiver_driven=gloo,
-                                busy_sender_s=busy_sender)
+        timeline = sch.replay(
+            kind.lists(S, 1, n), cost, gloo, wake=wake, receiver_driven=gloo, busy_sender_s=busy_sender
+        )
         # steady state: the interval between consecutive optimizer steps on the busiest stage
         steps = {s: [e.end for e in timeline.stage_events(s) if e.action.op == sch.STEP] for s in range(S)}
         window = slice(2 * S, n - S)
         iteration = max((v[window][-1] - v[window][0]) / (len(v[window]) - 1) for v in steps.values())
     else:
-        timeline = sch.replay(lists, cost, gloo, placement=lane_of, rendezvous=layout.rendezvous, wake=wake,
-                                receiver_driven=gloo, busy_sender_s=busy_sender)
+        timeline = sch.replay(
+            lists,
+            cost,
+            gloo,
+            placement=lane_of,
+            rendezvous=layout.rendezvous,
+            wake=wake,
+            receiver_driven=gloo,
+            busy_sender_s=busy_sender,
+        )
         iteration = timeline.makespan
     span = timeline.makespan
     bubble = sum(timeline.idle_fraction(p) for p in range(P)) / P
     # exposed communication: the sends, and the part of each step spent waiting for the all-reduce
     # (the optimizer's update in the same action is compute)
-    comm = max(sum(e.end - e.start if e.action.op in (sch.SEND_F, sch.SEND_B) else exposed_allreduce.get(p, 0.0)
-                   for e in timeline.stage_events(p) if e.action.op in (sch.SEND_F, sch.SEND_B, sch.STEP))
-               for p in range(P)) * (iteration / span)
+    comm = max(
+        sum(
+            e.end - e.start if e.action.op in (sch.SEND_F, sch.SEND_B) else exposed_allreduce.get(p, 0.0)
+            for e in timeline.stage_events(p)
+            if e.action.op in (sch.SEND_F, sch.SEND_B, sch.STEP)
+        )
+        for p in range(P)
+    ) * (iteration / span)
 
     def kept(s: int) -> float:  # bytes one micro-batch leaves on stage s until its backward
         lo, hi = ranges[s]
-        return share_of[s] * sum(layers[i].input_bytes if i in recompute else layers[i].saved_bytes
-                                 for i in range(lo, hi))
+        return share_of[s] * sum(
+            layers[i].input_bytes if i in recompute else layers[i].saved_bytes for i in range(lo, hi)
+        )
 
     def kept_after_i(s: int) -> float:  # ... and from its I to its W, where I recomputed the stage
         lo, hi = ranges[s]
@@ -388,9 +438,22 @@ def predict(profile: Profile, cluster: Cluster, layout: SimLayout, world_size: i
         stash = 0.0
         if layout.stashes_weights and p < S - 1:
             stash = timeline.max_in_flight(p) * resident
-        memory.append(resident * (2 + profile.optimizer_state_per_param_byte) + stash + timeline.peak_live(p, kept, kept_after_i))
-    return Prediction(layout.strategy, world_size, global_batch, micro_batches, list(replicas), list(boundaries),
-                      iteration, bubble, comm, memory, timeline)
+        memory.append(
+            resident * (2 + profile.optimizer_state_per_param_byte) + stash + timeline.peak_live(p, kept, kept_after_i)
+        )
+    return Prediction(
+        layout.strategy,
+        world_size,
+        global_batch,
+        micro_batches,
+        list(replicas),
+        list(boundaries),
+        iteration,
+        bubble,
+        comm,
+        memory,
+        timeline,
+    )
 
 
 @dataclass
@@ -404,12 +467,25 @@ class Spread:
     p90: float
 
     def record(self) -> dict:
-        return {"predicted_p10": self.p10, "predicted_median": self.p50, "predicted_p90": self.p90,
-                "predicted_draws": self.draws, "predicted_steps": self.steps}
+        return {
+            "predicted_p10": self.p10,
+            "predicted_median": self.p50,
+            "predicted_p90": self.p90,
+            "predicted_draws": self.draws,
+            "predicted_steps": self.steps,
+        }
 
 
-def predict_spread(profile: Profile, cluster: Cluster, layout: SimLayout, world_size: int, global_batch: int,
-                   draws: int, steps: int, seed: int = 0) -> Spread:
+def predict_spread(
+    profile: Profile,
+    cluster: Cluster,
+    layout: SimLayout,
+    world_size: int,
+    global_batch: int,
+    draws: int,
+    steps: int,
+    seed: int = 0,
+) -> Spread:
     """The throughput a run of ``steps`` measured steps would report, as a distribution: ``draws``
     runs, each with one draw of the host's level (how the profile's whole pass varied from one
     round of its measurement to the next, a round lasting about as long as a short run's timed
@@ -419,8 +495,10 @@ def predict_spread(profile: Profile, cluster: Cluster, layout: SimLayout, world_
     same inputs give the same quantiles."""
     spread = profile.spread
     if not spread or not spread.get("level") or not spread.get("jitter"):
-        raise ConfigError("the profile has no measured spread to draw from (made before it was kept); "
-                          "profile again (pipebench profile) or predict with medians (sim.draws=0)")
+        raise ConfigError(
+            "the profile has no measured spread to draw from (made before it was kept); "
+            "profile again (pipebench profile) or predict with medians (sim.draws=0)"
+        )
     rng = np.random.default_rng(seed)
     level, jitter = np.asarray(spread["level"]), np.asarray(spread["jitter"])
     transfer = np.asarray(profile.network.spread) if profile.network.spread else None
@@ -428,14 +506,17 @@ def predict_spread(profile: Profile, cluster: Cluster, layout: SimLayout, world_
     throughputs = []
     for _ in range(draws):
         draw = Draw(rng, float(level[rng.integers(len(level))]), jitter, transfer)
-        mean_step = np.mean([predict(profile, cluster, layout, world_size, global_batch, draw=draw).iteration_s
-                             for _ in range(steps)])
+        mean_step = np.mean(
+            [predict(profile, cluster, layout, world_size, global_batch, draw=draw).iteration_s for _ in range(steps)]
+        )
         throughputs.append(global_batch / mean_step)
     p10, p50, p90 = np.quantile(throughputs, [0.1, 0.5, 0.9])
     return Spread(draws, steps, float(p10), float(p50), float(p90))
 
 
-def fit_runtime_overhead(cluster: Cluster, runs: list[tuple[SimLayout, int, int, float, Profile]]) -> tuple[float, float]:
+def fit_runtime_overhead(
+    cluster: Cluster, runs: list[tuple[SimLayout, int, int, float, Profile]]
+) -> tuple[float, float]:
     """(per action, per step) seconds that make the replay of each null-model run ``(layout, world
     size, global batch, measured step s, the null model's profile)`` take its measured time: the
     least-squares fit with neither cost negative.
@@ -446,6 +527,7 @@ def fit_runtime_overhead(cluster: Cluster, runs: list[tuple[SimLayout, int, int,
     what the runs leave over their replays, or zero where that is negative; the per-action cost is
     searched on a geometric grid up to the longest step, then refined between the best point's
     neighbours. With one run (or where more per-action cost fits no better) it is all per step."""
+
     def left(run, per_action: float) -> float:  # what a run's measured step leaves for the per-step cost
         layout, world, batch, measured, profile = run
         return measured - predict(profile, cluster, layout, world, batch, overhead=(per_action, 0.0)).iteration_s
@@ -458,7 +540,7 @@ def fit_runtime_overhead(cluster: Cluster, runs: list[tuple[SimLayout, int, int,
     if len(runs) < 2:
         return 0.0, fit(0.0)[0]
     high = max(run[3] for run in runs)
-    grid = [0.0] + [high * 2.0 ** -k for k in range(40, -1, -1)]
+    grid = [0.0] + [high * 2.0**-k for k in range(40, -1, -1)]
     errors = [fit(o)[1] for o in grid]
     best = min(range(len(grid)), key=errors.__getitem__)
     bounds = (grid[max(best - 1, 0)], grid[min(best + 1, len(grid) - 1)])
@@ -473,8 +555,16 @@ def scaled_profile(profile: Profile, cluster: Cluster, network: Network) -> Prof
     """The profile as the cluster's devices would measure it (compute divided by ``compute_scale``),
     with the cluster's network: what a planner for that cluster should see."""
     scale = cluster.compute_scale
-    scaled = [type(l)(**{**asdict(l), "forward_s": l.forward_s / scale, "backward_s": l.backward_s / scale,
-                         "backward_input_s": l.backward_input_s and l.backward_input_s / scale,
-                         "backward_weight_s": l.backward_weight_s and l.backward_weight_s / scale})
-              for l in profile.layers]
+    scaled = [
+        type(l)(
+            **{
+                **asdict(l),
+                "forward_s": l.forward_s / scale,
+                "backward_s": l.backward_s / scale,
+                "backward_input_s": l.backward_input_s and l.backward_input_s / scale,
+                "backward_weight_s": l.backward_weight_s and l.backward_weight_s / scale,
+            }
+        )
+        for l in profile.layers
+    ]
     return Profile(scaled, network, profile.device, profile.batch, profile.optimizer_state_per_param_byte)

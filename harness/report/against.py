@@ -55,7 +55,7 @@ def ratio_interval(a: pd.Series, b: pd.Series, confidence: float = 0.95) -> tupl
     var = sum(t for t, _ in terms)
     if var == 0:  # repeats that all agree (a deterministic figure): the interval is the ratio itself
         return ratio, ratio, ratio
-    dof = var ** 2 / sum(t ** 2 / d for t, d in terms)
+    dof = var**2 / sum(t**2 / d for t, d in terms)
     half = stats.t.ppf((1 + confidence) / 2, dof) * math.sqrt(var)
     return ratio, ratio * math.exp(-half), ratio * math.exp(half)
 
@@ -109,8 +109,13 @@ def _runs(df: pd.DataFrame, figures: list[Column], ignore: tuple[str, ...]) -> p
     return runs
 
 
-def compare(a: pd.DataFrame, b: pd.DataFrame, choice: str = columns.DEFAULT_SET,
-            names: tuple[str, str] = SIDES, ignore: tuple[str, ...] = ()) -> Against:
+def compare(
+    a: pd.DataFrame,
+    b: pd.DataFrame,
+    choice: str = columns.DEFAULT_SET,
+    names: tuple[str, str] = SIDES,
+    ignore: tuple[str, ...] = (),
+) -> Against:
     """Sweep ``a`` against sweep ``b`` (frames of :func:`harness.report.tables.to_frame`) on the
     measured figures of the column set or keys ``choice``, matching configurations regardless of
     the settings ``ignore``; ValueError for an unknown set, key or setting."""
@@ -119,8 +124,9 @@ def compare(a: pd.DataFrame, b: pd.DataFrame, choice: str = columns.DEFAULT_SET,
     configurations = pd.concat([a["configuration"], b["configuration"]])
     unknown = [n for n in ignore if n in SWEEP_LABELS or not any(_drop(json.loads(c), n) for c in configurations)]
     if unknown:
-        raise ValueError(f"--ignore {','.join(unknown)}: not a setting of these runs (a key such as train.steps "
-                         "or micro_batches)")
+        raise ValueError(
+            f"--ignore {','.join(unknown)}: not a setting of these runs (a key such as train.steps or micro_batches)"
+        )
     runs = dict(zip(SIDES, (_runs(a, figures, ignore), _runs(b, figures, ignore))))
     keys = {s: list(dict.fromkeys(r["match"])) for s, r in runs.items()}
     both = [k for k in keys["A"] if k in set(keys["B"])]
@@ -131,23 +137,24 @@ def compare(a: pd.DataFrame, b: pd.DataFrame, choice: str = columns.DEFAULT_SET,
         first = group["A"].iloc[0]
         row = {c.key: first[c.key] for c in identifying}
         row["block"] = first["block"]
-        row["runs"] = ", ".join(f"{s} {len(ok[s])}" + (f" (+{len(group[s]) - len(ok[s])} failed)"
-                                                        if len(group[s]) > len(ok[s]) else "") for s in SIDES)
+        row["runs"] = ", ".join(
+            f"{s} {len(ok[s])}" + (f" (+{len(group[s]) - len(ok[s])} failed)" if len(group[s]) > len(ok[s]) else "")
+            for s in SIDES
+        )
         for s in SIDES:
             row[f"runs {s}"], row[f"failed {s}"] = len(ok[s]), len(group[s]) - len(ok[s])
         for c in figures:
             values = {s: mlperf_times(o[c.key]) if c.key == "time_to_target" else o[c.key] for s, o in ok.items()}
             for s in SIDES:
                 row[f"{c.key} {s}"] = interval(values[s])[0]
-            row[f"{c.key} ratio"], row[f"{c.key} low"], row[f"{c.key} high"] = \
-                ratio_interval(values["A"], values["B"])
+            row[f"{c.key} ratio"], row[f"{c.key} low"], row[f"{c.key} high"] = ratio_interval(values["A"], values["B"])
         notes = {s: set(group[s]["note"]) - {""} for s in SIDES}
-        row["note"] = "; ".join(f"{' and '.join(s for s in SIDES if n in notes[s])}: {n}"
-                                for n in sorted(notes["A"] | notes["B"]))
+        row["note"] = "; ".join(
+            f"{' and '.join(s for s in SIDES if n in notes[s])}: {n}" for n in sorted(notes["A"] | notes["B"])
+        )
         rows.append(row)
     frame = pd.DataFrame(rows, columns=[*(c.key for c in identifying), "block", "runs", "note"] if not rows else None)
-    only = {s: runs[s][runs[s]["match"].isin(set(keys[s]) - set(both))].drop_duplicates("match")
-            for s in SIDES}
+    only = {s: runs[s][runs[s]["match"].isin(set(keys[s]) - set(both))].drop_duplicates("match") for s in SIDES}
     return Against(frame, figures, identifying, only, _differing(only), names, tuple(ignore))
 
 
@@ -164,8 +171,9 @@ def _differing(only: dict[str, pd.DataFrame]) -> list[str]:
             for name in sorted(set(fa) | set(fb)):
                 if fa.get(name) != fb.get(name):
                     seen.setdefault(name, set()).add((str(fa.get(name)), str(fb.get(name))))
-    return [f"{name} (" + " or ".join(f"{x} in A, {y} in B" for x, y in sorted(pairs)) + ")"
-            for name, pairs in seen.items()]
+    return [
+        f"{name} (" + " or ".join(f"{x} in A, {y} in B" for x, y in sorted(pairs)) + ")" for name, pairs in seen.items()
+    ]
 
 
 # -- the table ----------------------------------------------------------------
@@ -192,8 +200,9 @@ def _plain(value) -> str:
 
 def describe(values: pd.Series, shown: list[Column]) -> str:
     """One configuration in a line: its strategy and the identifying values that tell it apart."""
-    return " ".join([str(values["strategy"])] + [f"{c.label} {_plain(values[c.key])}" for c in shown
-                                                  if c.key != "strategy"])
+    return " ".join(
+        [str(values["strategy"])] + [f"{c.label} {_plain(values[c.key])}" for c in shown if c.key != "strategy"]
+    )
 
 
 @dataclass
@@ -206,27 +215,41 @@ class _AgainstTable(Table):
 
 def _caption(result: Against, constant: list[str]) -> str:
     keys = {c.key for c in result.figures}
-    text = (f"A {result.names[0]} against B {result.names[1]}: per configuration in both, each figure's mean in A "
-            "over its mean in B (successful runs only: failed runs are not compared)")
+    text = (
+        f"A {result.names[0]} against B {result.names[1]}: per configuration in both, each figure's mean in A "
+        "over its mean in B (successful runs only: failed runs are not compared)"
+    )
     if keys & {"speedup", "me"}:
         text += "; speedup and ME against each sweep's own DP run"
     if result.ignored:
         text += f"; matched regardless of {', '.join(result.ignored)}"
-    text += (f"; [low, high] is the 95% interval of the ratio ({METHOD}), none where both ran once; "
-             "↑/↓ the interval excludes 1, bold where that is worse for A")
+    text += (
+        f"; [low, high] is the 95% interval of the ratio ({METHOD}), none where both ran once; "
+        "↑/↓ the interval excludes 1, bold where that is worse for A"
+    )
     return text + ("; " + "; ".join(constant) if constant else "") + "."
 
 
 def _unmatched(result: Against) -> str:
     """``only in A: ...; only in B: ...``, and what kept otherwise equal configurations apart."""
-    shown = [c for c in result.identifying
-             if pd.concat([result.only[s][c.key] for s in SIDES]).astype(str).nunique() > 1 or c.key == "strategy"]
-    parts = [f"only in {s}: " + (", ".join(describe(r, shown) for _, r in result.only[s].iterrows()) or "none")
-             for s in SIDES]
+    shown = [
+        c
+        for c in result.identifying
+        if pd.concat([result.only[s][c.key] for s in SIDES]).astype(str).nunique() > 1 or c.key == "strategy"
+    ]
+    parts = [
+        f"only in {s}: " + (", ".join(describe(r, shown) for _, r in result.only[s].iterrows()) or "none")
+        for s in SIDES
+    ]
     text = "; ".join(parts) + "."
     if result.differing:
-        text += (" Otherwise equal configurations differ in " + "; ".join(result.differing) + ": --ignore "
-                 + ",".join(d.split(" ")[0] for d in result.differing) + " compares them.")
+        text += (
+            " Otherwise equal configurations differ in "
+            + "; ".join(result.differing)
+            + ": --ignore "
+            + ",".join(d.split(" ")[0] for d in result.differing)
+            + " compares them."
+        )
     return text
 
 
@@ -236,8 +259,11 @@ def table(result: Against) -> Table:
     rows = result.rows.copy()
     context = [*result.identifying, RUNS]
     varying = [c for c in context if rows[c.key].astype(str).nunique() > 1]
-    constant = [f"{c.label} {_plain(rows[c.key].iloc[0])}" for c in context
-                if c not in varying and len(rows) and _plain(rows[c.key].iloc[0]) not in ("", "–")]
+    constant = [
+        f"{c.label} {_plain(rows[c.key].iloc[0])}"
+        for c in context
+        if c not in varying and len(rows) and _plain(rows[c.key].iloc[0]) not in ("", "–")
+    ]
     bold = set()
     shown_figures = [replace(c, figure=True) for c in result.figures]  # right-aligned text
     for c in result.figures:
@@ -250,6 +276,7 @@ def table(result: Against) -> Table:
 def to_csv(result: Against) -> str:
     """Every identifying column, the runs and per figure both means, the ratio and its interval,
     numeric; configurations only in one sweep as rows with ``in`` saying which."""
+
     def frame(rows: pd.DataFrame, where: str) -> pd.DataFrame:
         out = {"in": [where] * len(rows), "block": list(rows["block"])}
         out.update({c.csv_header: list(rows[c.key]) for c in result.identifying})
@@ -258,8 +285,9 @@ def to_csv(result: Against) -> str:
             out[f"failed_{s.lower()}"] = list(rows[f"failed {s}"]) if f"failed {s}" in rows else [None] * len(rows)
         for c in result.figures:
             for s in SIDES:
-                out[f"{c.csv_header}_{s.lower()}"] = list(rows[f"{c.key} {s}"]) if f"{c.key} {s}" in rows \
-                    else [None] * len(rows)
+                out[f"{c.csv_header}_{s.lower()}"] = (
+                    list(rows[f"{c.key} {s}"]) if f"{c.key} {s}" in rows else [None] * len(rows)
+                )
             for part in ("ratio", "low", "high"):
                 name = f"{c.key}_ratio" if part == "ratio" else f"{c.key}_ratio_{part}"
                 out[name] = list(rows[f"{c.key} {part}"]) if f"{c.key} {part}" in rows else [None] * len(rows)
@@ -282,8 +310,11 @@ def render(result: Against, fmt: str, name: str = "against") -> str:
     shown = table(result)
     unmatched = _unmatched(result)
     if fmt == "md":
-        body = to_markdown(shown) if len(result.rows) else \
-            f"*{shown.caption_text()}*\n\nNo configuration ran in both A and B."
+        body = (
+            to_markdown(shown)
+            if len(result.rows)
+            else f"*{shown.caption_text()}*\n\nNo configuration ran in both A and B."
+        )
         return f"{body}\n\n{unmatched[0].upper()}{unmatched[1:]}"
     tex = to_latex(shown, name)
     end = r"\end{table*}"

@@ -34,6 +34,7 @@ def _git(*args: str) -> str | None:
     """``git args`` in the checkout this code runs from; None for an installed package (even one
     installed into a folder inside some repository: only a checkout whose root holds this very
     ``harness/`` counts)."""
+
     def run(*a: str) -> str | None:
         try:
             out = subprocess.run(["git", *a], cwd=_CHECKOUT, capture_output=True, text=True, timeout=10)

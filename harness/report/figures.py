@@ -39,14 +39,32 @@ import matplotlib.pyplot as plt  # noqa: E402
 logging.getLogger("fontTools").setLevel(logging.WARNING)
 
 COLUMN_IN, PAGE_IN = 3.5, 7.0  # a paper's column and its two-column text width
-_RC = {"font.size": 8, "axes.titlesize": 8, "axes.labelsize": 8, "xtick.labelsize": 8, "ytick.labelsize": 8,
-       "legend.fontsize": 8, "legend.title_fontsize": 8, "figure.titlesize": 8, "pdf.fonttype": 42,
-       "axes.spines.top": False, "axes.spines.right": False, "lines.linewidth": 1.2, "lines.markersize": 4}
+_RC = {
+    "font.size": 8,
+    "axes.titlesize": 8,
+    "axes.labelsize": 8,
+    "xtick.labelsize": 8,
+    "ytick.labelsize": 8,
+    "legend.fontsize": 8,
+    "legend.title_fontsize": 8,
+    "figure.titlesize": 8,
+    "pdf.fonttype": 42,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "lines.linewidth": 1.2,
+    "lines.markersize": 4,
+}
 
 # one colour per strategy (Okabe-Ito, distinguishable in grey and by colour-blind readers);
 # a strategy not listed takes the next unused colour
-_STRATEGY_COLORS = {"dp": "#000000", "hippie": "#D55E00", "ashpipe": "#0072B2", "pipelining": "#009E73",
-                    "deepspeed": "#CC79A7", "gpipe": "#E69F00"}
+_STRATEGY_COLORS = {
+    "dp": "#000000",
+    "hippie": "#D55E00",
+    "ashpipe": "#0072B2",
+    "pipelining": "#009E73",
+    "deepspeed": "#CC79A7",
+    "gpipe": "#E69F00",
+}
 _SPARE_COLORS = ["#56B4E9", "#F0E442", "#999999", "#8C564B"]
 _MARKERS = ["o", "s", "^", "D", "v", "P", "X", "<", ">", "*", "h"]
 _HATCHES = ["", "////", "\\\\\\\\", "xxx", "...", "---", "+++", "ooo", "|||", "**", "OO"]
@@ -147,8 +165,16 @@ def _legend_below(fig, ax, handles=None, labels=None, ncol: int = 2) -> None:
         return
     renderer = fig.canvas.get_renderer()
     bottom = min(a.get_tightbbox(renderer).y0 for a in fig.axes) / fig.bbox.height
-    fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, bottom - 0.01), ncol=ncol, frameon=False,
-               handlelength=2.2, columnspacing=1.0)
+    fig.legend(
+        handles,
+        labels,
+        loc="upper center",
+        bbox_to_anchor=(0.5, bottom - 0.01),
+        ncol=ncol,
+        frameon=False,
+        handlelength=2.2,
+        columnspacing=1.0,
+    )
 
 
 def throughput_vs_workers(records: list[dict], out_dir: str) -> list[str]:
@@ -168,15 +194,27 @@ def throughput_vs_workers(records: list[dict], out_dir: str) -> list[str]:
             first = points[0][1][0]
             style = dict(color=styles.color(first), marker=styles.marker(first), capsize=2, elinewidth=0.8)
             joined = [(w, *_mean_and_half([r["throughput"] for r in runs])) for w, runs in points if _comparable(runs)]
-            apart = [(w, *_mean_and_half([r["throughput"] for r in runs])) for w, runs in points if not _comparable(runs)]
+            apart = [
+                (w, *_mean_and_half([r["throughput"] for r in runs])) for w, runs in points if not _comparable(runs)
+            ]
             if joined:
-                ax.errorbar(*zip(*[(w, m) for w, m, _ in joined]), yerr=[h for _, _, h in joined], linestyle="-",
-                            label=config_label(first, workers=False), **style)
+                ax.errorbar(
+                    *zip(*[(w, m) for w, m, _ in joined]),
+                    yerr=[h for _, _, h in joined],
+                    linestyle="-",
+                    label=config_label(first, workers=False),
+                    **style,
+                )
             if apart:  # never joined: their speed is not the machine's
                 hollow_seen = True
-                ax.errorbar(*zip(*[(w, m) for w, m, _ in apart]), yerr=[h for _, _, h in apart], linestyle="none",
-                            markerfacecolor="white", label=None if joined else config_label(first, workers=False),
-                            **style)
+                ax.errorbar(
+                    *zip(*[(w, m) for w, m, _ in apart]),
+                    yerr=[h for _, _, h in apart],
+                    linestyle="none",
+                    markerfacecolor="white",
+                    label=None if joined else config_label(first, workers=False),
+                    **style,
+                )
         sizes = sorted({config_key(r)[2] for r in ok})
         if sizes[-1] >= 4 * max(sizes[0], 1):
             ax.set_xscale("log", base=2)
@@ -196,8 +234,13 @@ def throughput_vs_workers(records: list[dict], out_dir: str) -> list[str]:
 
 # the parts of a rank's peak the meter records, bottom to top; "other" is what no part claims:
 # activations kept for the backward, and the rest of the step's temporaries
-MEMORY_PARTS = {"parameters": "parameters", "gradients": "gradients", "optimizer_state": "optimizer state",
-                "stashed_weights": "stashed weights", "other": "activations and other"}
+MEMORY_PARTS = {
+    "parameters": "parameters",
+    "gradients": "gradients",
+    "optimizer_state": "optimizer state",
+    "stashed_weights": "stashed weights",
+    "other": "activations and other",
+}
 _PART_COLORS = ["#4C72B0", "#DD8452", "#55A868", "#8172B3", "#BBBBBB"]
 
 
@@ -220,9 +263,12 @@ def memory_per_rank(records: list[dict], out_dir: str) -> list[str]:
     styles = Styles(records)
     configs = [runs[0] for runs in _by_config(ok).values()]
     with paper_style():
-        fig, ax = plt.subplots(figsize=(COLUMN_IN if len(configs) <= 3 else PAGE_IN * 0.75,
-                                        0.9 + 0.28 * sum(len(r["peak_memory_per_rank"]) for r in configs) ** 0.5
-                                        * len(configs) ** 0.5))
+        fig, ax = plt.subplots(
+            figsize=(
+                COLUMN_IN if len(configs) <= 3 else PAGE_IN * 0.75,
+                0.9 + 0.28 * sum(len(r["peak_memory_per_rank"]) for r in configs) ** 0.5 * len(configs) ** 0.5,
+            )
+        )
         plain_seen = False
         for i, r in enumerate(configs):
             peaks = [(p or 0) / 2**20 for p in r["peak_memory_per_rank"]]
@@ -295,28 +341,46 @@ def _curves_of(records: list[dict], styles: Styles, out_dir: str, name: str) -> 
             first = runs[0]
             diverged = sum(diverged_at(r["loss_curve"]) is not None for r in runs)
             notes = ([f"x{len(runs)}"] if len(runs) > 1 else []) + (
-                [f"{diverged} diverged" if len(runs) > 1 else "diverged"] if diverged else [])
+                [f"{diverged} diverged" if len(runs) > 1 else "diverged"] if diverged else []
+            )
             label = config_label(first) + (f" ({', '.join(notes)})" if notes else "")
-            style = dict(color=styles.color(first), linestyle=styles.line(first), marker=styles.marker(first),
-                         zorder=3 if first.get("strategy") == "dp" else 2)  # the reference on top
+            style = dict(
+                color=styles.color(first),
+                linestyle=styles.line(first),
+                marker=styles.marker(first),
+                zorder=3 if first.get("strategy") == "dp" else 2,
+            )  # the reference on top
             steps, mean, half = _mean_curve([[(s, v) for s, v in r["loss_curve"]] for r in runs])
             smoothed = _smoothed(mean, window)
             if not diverged:
                 finite_top.append(max(smoothed))
             ax_loss.plot(steps, smoothed, label=label, markevery=max(1, len(steps) // 8), **style)
             if any(half):
-                low, high = _smoothed([m - h for m, h in zip(mean, half)], window), _smoothed(
-                    [m + h for m, h in zip(mean, half)], window)
+                low, high = (
+                    _smoothed([m - h for m, h in zip(mean, half)], window),
+                    _smoothed([m + h for m, h in zip(mean, half)], window),
+                )
                 ax_loss.fill_between(steps, low, high, color=style["color"], alpha=0.15, lw=0)
-            evaluated = [[(p["step"], 100 * p["accuracy"]) for p in r.get("accuracy_curve") or []
-                          if p.get("accuracy") is not None] for r in runs]
+            evaluated = [
+                [
+                    (p["step"], 100 * p["accuracy"])
+                    for p in r.get("accuracy_curve") or []
+                    if p.get("accuracy") is not None
+                ]
+                for r in runs
+            ]
             if all(evaluated):
                 steps, mean, half = _mean_curve(evaluated)
                 ax_acc.plot(steps, mean, markevery=max(1, len(steps) // 8), **style)
                 if any(half):
-                    ax_acc.fill_between(steps, [max(0.0, m - h) for m, h in zip(mean, half)],
-                                        [min(100.0, m + h) for m, h in zip(mean, half)],
-                                        color=style["color"], alpha=0.15, lw=0)
+                    ax_acc.fill_between(
+                        steps,
+                        [max(0.0, m - h) for m, h in zip(mean, half)],
+                        [min(100.0, m + h) for m, h in zip(mean, half)],
+                        color=style["color"],
+                        alpha=0.15,
+                        lw=0,
+                    )
         if finite_top and len(finite_top) < len(groups):  # a diverged run's blow-up would flatten the rest
             ax_loss.set_ylim(0, 1.15 * max(finite_top))
         ax_loss.set_ylabel("training loss" + (f" ({window}-step mean)" if window > 1 else ""))
@@ -338,8 +402,12 @@ def sensitivity(records: list[dict], out_dir: str) -> list[str]:
     workers and the other varied settings, mean and 95% interval over seeds; one figure per
     setting (``sensitivity_lr``). A run that diverged keeps its point, at the accuracy it ended with."""
     ok = [r for r in records if r.get("status") == "ok" and r.get("accuracy") is not None]
-    names = dict.fromkeys(name for r in ok for name, value in (r.get("swept_settings") or {}).items()
-                          if isinstance(value, (int, float)) and not isinstance(value, bool))
+    names = dict.fromkeys(
+        name
+        for r in ok
+        for name, value in (r.get("swept_settings") or {}).items()
+        if isinstance(value, (int, float)) and not isinstance(value, bool)
+    )
     paths = []
     for name in names:
         lines: dict[tuple, dict[float, list[dict]]] = {}
@@ -362,9 +430,18 @@ def sensitivity(records: list[dict], out_dir: str) -> list[str]:
                 means = [_mean_and_half([r["accuracy"] * 100 for r in points[x]]) for x in xs]
                 label = f"{config_name({'strategy': strategy, 'variant': variant})}, w={w}"
                 first = points[xs[0]][0]
-                ax.errorbar(xs, [m for m, _ in means], yerr=[h for _, h in means], label=label, capsize=2,
-                            elinewidth=0.8, color=styles.color(first), marker=styles.marker(first),
-                            linestyle=styles.line(first), zorder=3 if strategy == "dp" else 2)  # the reference on top
+                ax.errorbar(
+                    xs,
+                    [m for m, _ in means],
+                    yerr=[h for _, h in means],
+                    label=label,
+                    capsize=2,
+                    elinewidth=0.8,
+                    color=styles.color(first),
+                    marker=styles.marker(first),
+                    linestyle=styles.line(first),
+                    zorder=3 if strategy == "dp" else 2,
+                )  # the reference on top
             if values[0] > 0 and values[-1] >= 10 * values[0]:
                 ax.set_xscale("log")
             ax.set_xticks(values, [f"{x:g}" for x in values])
@@ -404,15 +481,32 @@ def schedules(records: list[dict], out_dir: str) -> list[str]:
             speed, half = _mean_and_half([r["throughput"] for r in runs])
             memory = sum(r["peak_memory_bytes"] for r in runs) / len(runs) / 2**20
             fair = _comparable(runs)
-            ax.errorbar(memory, speed, yerr=half, color=styles.color(first), marker=styles.marker(first), ms=5,
-                        capsize=2, linestyle="none", markerfacecolor=None if fair else "white", label=config_label(first))
+            ax.errorbar(
+                memory,
+                speed,
+                yerr=half,
+                color=styles.color(first),
+                marker=styles.marker(first),
+                ms=5,
+                capsize=2,
+                linestyle="none",
+                markerfacecolor=None if fair else "white",
+                label=config_label(first),
+            )
             if fair:
                 comparable.setdefault(w, []).append((memory, speed))
         for w, points in sorted(comparable.items()):
             front = _pareto(points)
             if len(front) > 1:
-                ax.step(*zip(*front), where="post", color="grey", lw=0.8, linestyle="--", zorder=0,
-                        label=f"Pareto front, w={w}" if len(comparable) > 1 else "Pareto front")
+                ax.step(
+                    *zip(*front),
+                    where="post",
+                    color="grey",
+                    lw=0.8,
+                    linestyle="--",
+                    zorder=0,
+                    label=f"Pareto front, w={w}" if len(comparable) > 1 else "Pareto front",
+                )
         ax.set_xlabel("peak memory per rank (MiB)")
         ax.set_ylabel("samples/s")
         ax.grid(alpha=0.3)
@@ -428,9 +522,16 @@ def schedules(records: list[dict], out_dir: str) -> list[str]:
 
 # GPU: a CUDA rank's kernels in its profiled step (the device's work is not split by action)
 # I, W: the input- and weight-gradient parts of a split backward (zero-bubble schedules)
-_KINDS = {"F": ("#4C72B0", "forward"), "B": ("#DD8452", "backward"), "I": ("#E8A87C", "backward: input grads"),
-          "W": ("#C44E52", "backward: weight grads"), "STEP": ("#55A868", "optimizer step"),
-          "RECV": ("#C7C7C7", "receive / wait"), "SEND": ("#8172B3", "send"), "GPU": ("#937860", "GPU kernels")}
+_KINDS = {
+    "F": ("#4C72B0", "forward"),
+    "B": ("#DD8452", "backward"),
+    "I": ("#E8A87C", "backward: input grads"),
+    "W": ("#C44E52", "backward: weight grads"),
+    "STEP": ("#55A868", "optimizer step"),
+    "RECV": ("#C7C7C7", "receive / wait"),
+    "SEND": ("#8172B3", "send"),
+    "GPU": ("#937860", "GPU kernels"),
+}
 
 
 def _kind(label: str) -> str:
@@ -490,8 +591,14 @@ def _gantt(rows: list[tuple[str, list]], title: str, out_dir: str, name: str) ->
             for label, start, end in spans:
                 kind = _kind(label)
                 kinds.append(kind)
-                ax.barh(row, max(end - start, 1e-5) * 1e3, left=start * 1e3, color=_KINDS[kind][0], edgecolor="white",
-                        lw=0.3)
+                ax.barh(
+                    row,
+                    max(end - start, 1e-5) * 1e3,
+                    left=start * 1e3,
+                    color=_KINDS[kind][0],
+                    edgecolor="white",
+                    lw=0.3,
+                )
                 text = label.rstrip("*")
                 # a label only where it fits in its bar at 8 pt (about 5 pt per character)
                 if kind in ("F", "B", "I", "W") and (end - start) * points_per_s > 5 * len(text) + 2:
@@ -514,20 +621,32 @@ def schedule_timelines(records: list[dict], out_dir: str) -> list[str]:
     for r in records:
         st = (r.get("config") or {}).get("strategy") or {}
         if r.get("status") == "ok" and st.get("schedule") and timeline_rows(r, "profiled_spans"):
-            key = (r.get("model"), r.get("world_size"), st["schedule"], st.get("stages_per_rank") or 1,
-                   str(st.get("recompute")))
+            key = (
+                r.get("model"),
+                r.get("world_size"),
+                st["schedule"],
+                st.get("stages_per_rank") or 1,
+                str(st.get("recompute")),
+            )
             groups.setdefault(key, []).append(r)
     paths = []
     for (model, world, schedule, v, recompute), runs in groups.items():
         if len({r["strategy"] for r in runs}) < 2:
             continue
         runs = sorted(runs, key=lambda r: (r["strategy"] != "hippie", r["strategy"]))
-        rows = [(f"{r['strategy']}: {label}", spans) for r in runs
-                for label, spans in _from_origin(timeline_rows(r, "profiled_spans"))]
+        rows = [
+            (f"{r['strategy']}: {label}", spans)
+            for r in runs
+            for label, spans in _from_origin(timeline_rows(r, "profiled_spans"))
+        ]
         recomputed = recompute not in ("none", "None")
         title = f"{schedule} (v={v}{f', recompute={recompute}' if recomputed else ''}), {model}, {world} workers"
-        paths += _gantt(rows, f"{title}: profiled step of each runtime, blank: idle", out_dir,
-                        f"timeline_schedule_{schedule}_v{v}_w{world}" + (f"_recompute-{recompute}" if recomputed else ""))
+        paths += _gantt(
+            rows,
+            f"{title}: profiled step of each runtime, blank: idle",
+            out_dir,
+            f"timeline_schedule_{schedule}_v{v}_w{world}" + (f"_recompute-{recompute}" if recomputed else ""),
+        )
     return paths
 
 
@@ -554,21 +673,40 @@ class Figure:
 
 # every figure the results command and a sweep draw, in order; adding one is one entry (docs: extending/figure)
 FIGURES: list[Figure] = [
-    Figure("throughput_vs_workers", "samples/s against workers, mean and 95% interval of repeats; hollow: speed "
-           "not comparable", throughput_vs_workers),
-    Figure("memory_per_rank", "each rank's peak memory, stacked by parameters, gradients, optimizer state, stashed "
-           "weights, activations and the rest", memory_per_rank),
-    Figure("curves", "training loss and test accuracy against the step, mean and 95% band per configuration",
-           curves),
-    Figure("sensitivity", "final test top-1 against a numeric setting the sweep varied (sensitivity_lr), one line "
-           "per configuration, mean and 95% interval over seeds", sensitivity),
-    Figure("schedules", "samples/s against peak memory per rank, one point per pipeline configuration, with the "
-           "Pareto front", schedules),
+    Figure(
+        "throughput_vs_workers",
+        "samples/s against workers, mean and 95% interval of repeats; hollow: speed not comparable",
+        throughput_vs_workers,
+    ),
+    Figure(
+        "memory_per_rank",
+        "each rank's peak memory, stacked by parameters, gradients, optimizer state, stashed "
+        "weights, activations and the rest",
+        memory_per_rank,
+    ),
+    Figure("curves", "training loss and test accuracy against the step, mean and 95% band per configuration", curves),
+    Figure(
+        "sensitivity",
+        "final test top-1 against a numeric setting the sweep varied (sensitivity_lr), one line "
+        "per configuration, mean and 95% interval over seeds",
+        sensitivity,
+    ),
+    Figure(
+        "schedules",
+        "samples/s against peak memory per rank, one point per pipeline configuration, with the Pareto front",
+        schedules,
+    ),
     Figure("timelines", "each run's per-rank timeline of one step (actions, and profiled compute)", timelines),
-    Figure("schedule_timelines", "each schedule that several runtimes ran, their profiled steps one above the "
-           "other", schedule_timelines),
-    Figure("traces", "each run's step as a Chrome trace (JSON) for Perfetto: ranks, their idle time, and the "
-           "simulator's replay", traces),
+    Figure(
+        "schedule_timelines",
+        "each schedule that several runtimes ran, their profiled steps one above the other",
+        schedule_timelines,
+    ),
+    Figure(
+        "traces",
+        "each run's step as a Chrome trace (JSON) for Perfetto: ranks, their idle time, and the simulator's replay",
+        traces,
+    ),
 ]
 
 

@@ -25,8 +25,20 @@ from harness.report.record import config_name, shown
 from harness.report.statistics import first_at_target, interval
 
 PAIR_KEYS = ("model", "data", "global_batch", "steps", "precision")
-RECIPE = ("optimizer", "lr", "momentum", "nesterov", "weight_decay", "lr_schedule", "lr_warmup_steps", "lr_min_ratio",
-          "lr_decay_steps", "lr_decay_factor", "label_smoothing", "grad_clip_norm")  # of train.
+RECIPE = (
+    "optimizer",
+    "lr",
+    "momentum",
+    "nesterov",
+    "weight_decay",
+    "lr_schedule",
+    "lr_warmup_steps",
+    "lr_min_ratio",
+    "lr_decay_steps",
+    "lr_decay_factor",
+    "label_smoothing",
+    "grad_clip_norm",
+)  # of train.
 MARGIN = 0.01
 
 
@@ -42,16 +54,22 @@ def _key(record: dict) -> tuple:
     config = record.get("config") or {}
     start = (config.get("model") or {}).get("pretrained")
     train = config.get("train") or {}
-    return (*((k, record.get(k)) for k in PAIR_KEYS), ("pretrained", shown(start) if start else None),
-            *((k, train.get(k)) for k in RECIPE))
+    return (
+        *((k, record.get(k)) for k in PAIR_KEYS),
+        ("pretrained", shown(start) if start else None),
+        *((k, train.get(k)) for k in RECIPE),
+    )
 
 
 def _differing(key: tuple, keys: set[tuple]) -> str:
     """What sets ``key`` apart from the other ``keys``: the model, data, ..., ``pretrained=pretrain`` or
     ``lr=0.3``."""
     varying = {name for name, _ in key if len({dict(k).get(name) for k in keys}) > 1}
-    return ", ".join(str(value) if name in PAIR_KEYS else f"{name}={value}"
-                     for name, value in key if name in varying and value is not None)
+    return ", ".join(
+        str(value) if name in PAIR_KEYS else f"{name}={value}"
+        for name, value in key
+        if name in varying and value is not None
+    )
 
 
 def _label(record: dict) -> str:
@@ -77,10 +95,16 @@ def against_reference(records: list[dict], reference: str = "dp", margin: float 
         step, seconds = _at_target(r, target)
         _, ref_seconds = _at_target(ref, target)
         paired = r is not ref  # the reference's own row has nothing to pair
-        rows[label].append({"seed": r["seed"], "top1": r["accuracy"], "steps": step, "seconds": seconds,
-                            "delta": r["accuracy"] - ref["accuracy"] if paired else None,
-                            "saving": 1 - seconds / ref_seconds if paired and seconds is not None and ref_seconds
-                            else None})
+        rows[label].append(
+            {
+                "seed": r["seed"],
+                "top1": r["accuracy"],
+                "steps": step,
+                "seconds": seconds,
+                "delta": r["accuracy"] - ref["accuracy"] if paired else None,
+                "saving": 1 - seconds / ref_seconds if paired and seconds is not None and ref_seconds else None,
+            }
+        )
     if not any(len({p["seed"] for p in pairs}) >= 2 for pairs in rows.values()):
         return None
     keys = {key for key, _ in rows}  # where several, each row names what sets its pairing apart
@@ -89,8 +113,7 @@ def against_reference(records: list[dict], reference: str = "dp", margin: float 
         runs = pd.DataFrame(pairs)
         differs = _differing(key, keys)
         shown = f"{label} [{differs}]" if differs and differs not in label else label
-        row = {"configuration": shown, "seeds": len(runs),
-               "reached": f"{runs['steps'].notna().sum()}/{len(runs)}"}
+        row = {"configuration": shown, "seeds": len(runs), "reached": f"{runs['steps'].notna().sum()}/{len(runs)}"}
         for figure, scale in (("top1", 100), ("delta", 100), ("steps", 1), ("seconds", 1), ("saving", 100)):
             mean, half, _ = interval(runs[figure].astype(float) * scale)
             row[figure], row[f"{figure} ci95"] = mean, half
@@ -99,8 +122,11 @@ def against_reference(records: list[dict], reference: str = "dp", margin: float 
 
 
 _SHOWN = {  # column: (heading, digits)
-    "top1": ("top-1 %", 2), "delta": ("Δ top-1 vs DP (points, paired)", 2), "steps": ("steps to target", 0),
-    "seconds": ("s to target", 1), "saving": ("time saved vs DP % (paired)", 1),
+    "top1": ("top-1 %", 2),
+    "delta": ("Δ top-1 vs DP (points, paired)", 2),
+    "steps": ("steps to target", 0),
+    "seconds": ("s to target", 1),
+    "saving": ("time saved vs DP % (paired)", 1),
 }
 
 
@@ -112,11 +138,14 @@ def _cell(value: float, half: float, digits: int) -> str:
 
 def to_markdown(table: pd.DataFrame, margin: float = MARGIN) -> str:
     """The table with its caption: what the target is and how the figures are paired."""
-    lines = [f"*Against DP by seed: the target is each seed's DP final top-1 minus {margin * 100:g} point(s); "
-             "steps and seconds to target over the runs that reached it (the run's own training clock); paired "
-             "figures over the seeds where both reached it; mean ± half-width of the 95% interval over seeds.*", "",
-             "| configuration | seeds | reached | " + " | ".join(h for h, _ in _SHOWN.values()) + " |",
-             "|:--|--:|--:|" + "--:|" * len(_SHOWN)]
+    lines = [
+        f"*Against DP by seed: the target is each seed's DP final top-1 minus {margin * 100:g} point(s); "
+        "steps and seconds to target over the runs that reached it (the run's own training clock); paired "
+        "figures over the seeds where both reached it; mean ± half-width of the 95% interval over seeds.*",
+        "",
+        "| configuration | seeds | reached | " + " | ".join(h for h, _ in _SHOWN.values()) + " |",
+        "|:--|--:|--:|" + "--:|" * len(_SHOWN),
+    ]
     for _, row in table.iterrows():
         cells = [_cell(row[k], row[f"{k} ci95"], d) for k, (_, d) in _SHOWN.items()]
         lines.append(f"| {row['configuration']} | {row['seeds']} | {row['reached']} | " + " | ".join(cells) + " |")

@@ -35,8 +35,11 @@ def new_record(spec) -> dict:
         "accuracy": None,
         "final_loss": None,
         "config": {
-            "model": vars(spec.model), "data": vars(spec.data), "strategy": vars(spec.strategy),
-            "train": vars(spec.train), "launch": vars(spec.launch),
+            "model": vars(spec.model),
+            "data": vars(spec.data),
+            "strategy": vars(spec.strategy),
+            "train": vars(spec.train),
+            "launch": vars(spec.launch),
         },
         "environment": environment(),
     }
@@ -44,11 +47,32 @@ def new_record(spec) -> dict:
 
 def failed_record(fields: dict, error: str) -> dict:
     """A record for a run refused before it started (fields: whatever is known of it)."""
-    base = {k: None for k in ("strategy", "model", "data", "world_size", "global_batch", "micro_batches", "device",
-                              "throughput", "step_time_s", "peak_memory_bytes", "peak_memory_per_rank",
-                              "accuracy", "final_loss")}
-    return {"schema_version": SCHEMA_VERSION, **base, **fields, "status": "failed", "error": error,
-            "environment": environment()}
+    base = {
+        k: None
+        for k in (
+            "strategy",
+            "model",
+            "data",
+            "world_size",
+            "global_batch",
+            "micro_batches",
+            "device",
+            "throughput",
+            "step_time_s",
+            "peak_memory_bytes",
+            "peak_memory_per_rank",
+            "accuracy",
+            "final_loss",
+        )
+    }
+    return {
+        "schema_version": SCHEMA_VERSION,
+        **base,
+        **fields,
+        "status": "failed",
+        "error": error,
+        "environment": environment(),
+    }
 
 
 def _clean(obj):
@@ -96,8 +120,7 @@ def diverged_at(loss_curve) -> int | None:
 # settings that never change what a run measures: where data lives, how it is launched or resumed
 _NOT_SWEPT = ("data.root", "data.download", "data.verify_md5", "train.resume", "launch.")
 # what the tables and figures already show of a run (its columns and caption)
-_SHOWN = ("strategy", "variant", "world_size", "model", "data", "global_batch", "micro_batches", "device",
-          "precision")
+_SHOWN = ("strategy", "variant", "world_size", "model", "data", "global_batch", "micro_batches", "device", "precision")
 
 
 def _leaves(node, prefix: str = "") -> dict:
@@ -155,5 +178,7 @@ def config_name(record: dict) -> str:
 
 def natural_key(text: str) -> list:
     """A sort key that orders the numbers in ``text`` by value: 'lr=2' before 'lr=10'."""
-    return [(0, float(part), "") if i % 2 else (1, 0.0, part)
-            for i, part in enumerate(re.split(r"(-?\d+(?:\.\d+)?(?:e-?\d+)?)", text))]
+    return [
+        (0, float(part), "") if i % 2 else (1, 0.0, part)
+        for i, part in enumerate(re.split(r"(-?\d+(?:\.\d+)?(?:e-?\d+)?)", text))
+    ]

@@ -45,8 +45,7 @@ class RunRecord(BaseModel):
     mfu: Optional[float] = Field(default=None, ge=0)
     hfu: Optional[float] = Field(default=None, ge=0)
     # harness.metrics.idle: the mean fraction of the step per part (the idle columns read it)
-    idle_breakdown: Optional[dict[Literal["compute", "peer_wait", "collective", "exposed_comm", "host"],
-                                  float]] = None
+    idle_breakdown: Optional[dict[Literal["compute", "peer_wait", "collective", "exposed_comm", "host"], float]] = None
 
 
 class RecordError(ValueError):
@@ -59,13 +58,18 @@ def validate(record: dict, source: str = "record") -> dict:
         raise RecordError(f"{source}: not a record (a JSON {type(record).__name__}, not an object)")
     version = record.get("schema_version")
     if version != SCHEMA_VERSION:
-        what = "no schema_version (an older record or another tool's file)" if version is None else \
-            f"schema_version {version!r}, this harness reads {SCHEMA_VERSION}"
+        what = (
+            "no schema_version (an older record or another tool's file)"
+            if version is None
+            else f"schema_version {version!r}, this harness reads {SCHEMA_VERSION}"
+        )
         raise RecordError(f"{source}: {what}")
     try:
         RunRecord.model_validate(record)
     except ValidationError as e:
         first = e.errors()[0]
-        raise RecordError(f"{source}: field '{'.'.join(map(str, first['loc']))}' {first['msg'].lower()} "
-                          f"({e.error_count()} problem(s))") from None
+        raise RecordError(
+            f"{source}: field '{'.'.join(map(str, first['loc']))}' {first['msg'].lower()} "
+            f"({e.error_count()} problem(s))"
+        ) from None
     return record

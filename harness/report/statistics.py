@@ -32,8 +32,10 @@ def first_at_target(record: dict) -> dict | None:
     target = record.get("target_accuracy")
     if target is None:
         return None
-    return next((p for p in record.get("accuracy_curve") or []
-                 if p.get("accuracy") is not None and p["accuracy"] >= target), None)
+    return next(
+        (p for p in record.get("accuracy_curve") or [] if p.get("accuracy") is not None and p["accuracy"] >= target),
+        None,
+    )
 
 
 def steps_to_target(record: dict) -> int | None:

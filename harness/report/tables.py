@@ -56,11 +56,32 @@ IDLE_PARTS = ("compute", "peer_wait", "collective", "exposed_comm", "host")
 
 def _fields() -> list[str]:
     """The record fields a table reads: the declared columns' own, and what the comparison itself uses."""
-    return sorted({c.source for c in columns.COLUMNS if isinstance(c.source, str)}
-                  | {"block", "started_at", "strategy", "variant", "layout", "precision", "repeat", "step_time_s",
-                     "bubble_measured", "bubble_fraction", "error", "path", "simulated", "speed_comparable",
-                     "workers_on_host", "threads_per_worker", "host_cores", "configuration", "swept",
-                     "diverged_at_step", *GROUP_KEYS})
+    return sorted(
+        {c.source for c in columns.COLUMNS if isinstance(c.source, str)}
+        | {
+            "block",
+            "started_at",
+            "strategy",
+            "variant",
+            "layout",
+            "precision",
+            "repeat",
+            "step_time_s",
+            "bubble_measured",
+            "bubble_fraction",
+            "error",
+            "path",
+            "simulated",
+            "speed_comparable",
+            "workers_on_host",
+            "threads_per_worker",
+            "host_cores",
+            "configuration",
+            "swept",
+            "diverged_at_step",
+            *GROUP_KEYS,
+        }
+    )
 
 
 # -- reading ------------------------------------------------------------------
@@ -89,7 +110,7 @@ def load_raw(sources: list[str]) -> list[dict]:
     records = []
     for src in sources:
         if src.startswith("wandb:"):
-            records.extend(_wandb_records(src[len("wandb:"):]))
+            records.extend(_wandb_records(src[len("wandb:") :]))
             continue
         for path in find_records([src]):
             try:
@@ -129,14 +150,27 @@ def _wandb_records(path: str) -> list[dict]:
 
 
 # what makes two runs the same configuration, besides their config's settings: seeds and repeats differ
-_IDENTITY = ("strategy", "variant", "model", "data", "world_size", "global_batch", "micro_batches", "device", "tag",
-             "cluster", "replicas", "boundaries")
+_IDENTITY = (
+    "strategy",
+    "variant",
+    "model",
+    "data",
+    "world_size",
+    "global_batch",
+    "micro_batches",
+    "device",
+    "tag",
+    "cluster",
+    "replicas",
+    "boundaries",
+)
 
 
 def configuration_id(record: dict) -> str:
     """Equal for runs of one configuration (every setting but the seed and the repeat), else different."""
-    return json.dumps({**{k: record.get(k) for k in _IDENTITY}, "config": settings(record)}, sort_keys=True,
-                      default=str)
+    return json.dumps(
+        {**{k: record.get(k) for k in _IDENTITY}, "config": settings(record)}, sort_keys=True, default=str
+    )
 
 
 def layout_text(record: dict) -> str:
@@ -156,11 +190,18 @@ def peak_rank_memory(record: dict) -> dict:
 
 
 def to_frame(records: list[dict]) -> pd.DataFrame:
-    rows = [{**{k: v for k, v in r.items() if not isinstance(v, (dict, list)) or k == "peak_memory_per_rank"},
-             **peak_rank_memory(r), **{f"idle_{k}": v for k, v in (r.get("idle_breakdown") or {}).items()},
-             "layout": layout_text(r), "configuration": configuration_id(r), "steps_to_target": steps_to_target(r),
-             "diverged_at_step": diverged_at(r.get("loss_curve"))}
-            for r in records]
+    rows = [
+        {
+            **{k: v for k, v in r.items() if not isinstance(v, (dict, list)) or k == "peak_memory_per_rank"},
+            **peak_rank_memory(r),
+            **{f"idle_{k}": v for k, v in (r.get("idle_breakdown") or {}).items()},
+            "layout": layout_text(r),
+            "configuration": configuration_id(r),
+            "steps_to_target": steps_to_target(r),
+            "diverged_at_step": diverged_at(r.get("loss_curve")),
+        }
+        for r in records
+    ]
     df = pd.DataFrame(rows)
     for col in _fields():
         if col not in df.columns:
@@ -197,8 +238,9 @@ def comparison(df: pd.DataFrame) -> pd.DataFrame:
         df.loc[sel, "speedup"] = speedup
         df.loc[sel, "me"] = speedup / (df.loc[sel, "peak_memory_bytes"].astype(float) / dp_mem)
     diverged = ok & df["diverged_at_step"].notna()
-    df.loc[diverged, "note"] = [f"diverged: training loss not finite from step {s:.0f}"
-                                for s in df.loc[diverged, "diverged_at_step"]]
+    df.loc[diverged, "note"] = [
+        f"diverged: training loss not finite from step {s:.0f}" for s in df.loc[diverged, "diverged_at_step"]
+    ]
     failed = df["status"] != "ok"
     df.loc[failed, "note"] = ("failed: " + df.loc[failed, "error"].fillna("no error recorded")).to_numpy()
     simulated = df["simulated"] == True  # noqa: E712
@@ -206,8 +248,13 @@ def comparison(df: pd.DataFrame) -> pd.DataFrame:
     crowded = (df["speed_comparable"] == False) & ok  # noqa: E712
     df.loc[crowded, "note"] = [
         f"speed and bubble not comparable: {w:.0f} workers x {t:.0f} threads on {c:.0f} cores" + (f"; {n}" if n else "")
-        for w, t, c, n in zip(df.loc[crowded, "workers_on_host"], df.loc[crowded, "threads_per_worker"],
-                              df.loc[crowded, "host_cores"], df.loc[crowded, "note"])]
+        for w, t, c, n in zip(
+            df.loc[crowded, "workers_on_host"],
+            df.loc[crowded, "threads_per_worker"],
+            df.loc[crowded, "host_cores"],
+            df.loc[crowded, "note"],
+        )
+    ]
     # blocks in the order the sweep ran them (their first run's start), then the groups and
     # strategies within each
     df["block"] = df["block"].fillna("")
@@ -283,10 +330,14 @@ def build(df: pd.DataFrame, choice: str = columns.DEFAULT_SET) -> Table:
         extra.append(REACHED)
     context = [c for c in identifying + [RUNS] * repeated if c not in chosen and c.key != "status"]
     varying = [c for c in context if rows[c.key].astype(str).nunique() > 1]
-    caption = [f"{c.label} {_plain(rows[c.key].iloc[0])}" for c in context
-               if c not in varying and _plain(rows[c.key].iloc[0]) not in ("", "–")]
-    shown = [c for c in columns.COLUMNS if c in chosen or c in varying] + \
-        [c for c in extra if c in varying or c not in context]
+    caption = [
+        f"{c.label} {_plain(rows[c.key].iloc[0])}"
+        for c in context
+        if c not in varying and _plain(rows[c.key].iloc[0]) not in ("", "–")
+    ]
+    shown = [c for c in columns.COLUMNS if c in chosen or c in varying] + [
+        c for c in extra if c in varying or c not in context
+    ]
     every = [c for c in columns.COLUMNS if c in chosen or c in identifying] + extra
     table = Table(rows, shown, every, caption, repeated)
     table.bold = _best(table)
@@ -310,8 +361,9 @@ def _aggregated(runs: pd.DataFrame) -> pd.DataFrame:
             if c.figure:
                 values = mlperf_times(ok[c.key]) if c.key == "time_to_target" else ok[c.key]
                 mean, half, _ = interval(values)
-                row[c.key], row[f"{c.key} ci95"] = (mean, half) if c.digits is None else \
-                    (round(mean, c.digits), round(half, c.digits))
+                row[c.key], row[f"{c.key} ci95"] = (
+                    (mean, half) if c.digits is None else (round(mean, c.digits), round(half, c.digits))
+                )
         row["note"] = "; ".join(sorted({n for n in group["note"] if n}))
         out.append(row)
     return pd.DataFrame(out)
@@ -356,8 +408,9 @@ def _cell(table: Table, i: int, c: Column) -> str:
 
 def _numeric(table: Table, c: Column) -> bool:
     values = table.rows[c.key].dropna()
-    return c.figure or (len(values) > 0 and all(isinstance(v, numbers.Real) and not isinstance(v, bool)
-                                                 for v in values))
+    return c.figure or (
+        len(values) > 0 and all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in values)
+    )
 
 
 def _sections(table: Table) -> list[tuple[str, list[int]]]:
@@ -405,9 +458,22 @@ def frame_for_programs(table: Table) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-_LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
-                  "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "–": "--",
-                  "±": r"$\pm$", "≥": r"$\geq$", "×": r"$\times$"}
+_LATEX_SPECIAL = {
+    "\\": r"\textbackslash{}",
+    "&": r"\&",
+    "%": r"\%",
+    "$": r"\$",
+    "#": r"\#",
+    "_": r"\_",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+    "–": "--",
+    "±": r"$\pm$",
+    "≥": r"$\geq$",
+    "×": r"$\times$",
+}
 
 
 def escape_tex(text: str) -> str:
@@ -421,11 +487,17 @@ def to_latex(table: Table, name: str = "results") -> str:
     n = len(table.shown)
     spec = "".join("r" if _numeric(table, c) else "l" for c in table.shown)
     # table*: a 10-column table spans both columns of a two-column paper (in one column, as table)
-    lines = [r"\begin{table*}[t]", r"\centering", r"\footnotesize", r"\setlength{\tabcolsep}{3pt}",
-             rf"\caption{{{escape_tex(table.caption_text())}}}",
-             rf"\label{{tab:{''.join(ch if ch.isalnum() else '-' for ch in name)}}}",
-             rf"\begin{{tabular}}{{{spec}}}", r"\toprule",
-             " & ".join(escape_tex(c.label) for c in table.shown) + r" \\"]
+    lines = [
+        r"\begin{table*}[t]",
+        r"\centering",
+        r"\footnotesize",
+        r"\setlength{\tabcolsep}{3pt}",
+        rf"\caption{{{escape_tex(table.caption_text())}}}",
+        rf"\label{{tab:{''.join(ch if ch.isalnum() else '-' for ch in name)}}}",
+        rf"\begin{{tabular}}{{{spec}}}",
+        r"\toprule",
+        " & ".join(escape_tex(c.label) for c in table.shown) + r" \\",
+    ]
     for block, idx in _sections(table):
         lines.append(r"\midrule")
         if block:
@@ -459,8 +531,13 @@ def render(df: pd.DataFrame, fmt: str, choice: str = columns.DEFAULT_SET, name: 
     raise ValueError(f"unknown format {fmt}; use {', '.join(FORMATS)}")
 
 
-def write_outputs(sources: list[str] | list[dict], out_dir: str, choice: str = columns.DEFAULT_SET,
-                  machine: bool = False, figures: bool = True) -> tuple[str, list[str]]:
+def write_outputs(
+    sources: list[str] | list[dict],
+    out_dir: str,
+    choice: str = columns.DEFAULT_SET,
+    machine: bool = False,
+    figures: bool = True,
+) -> tuple[str, list[str]]:
     """Tables (md, csv, tex) and figures for ``sources`` (or records already read) into ``out_dir``
     (and, at a sweep's end, this machine's description); returns the Markdown table and the files
     written. The LaTeX label is the folder's name."""
@@ -477,8 +554,10 @@ def write_outputs(sources: list[str] | list[dict], out_dir: str, choice: str = c
         written.append(path)
     pairs = against_reference(records)
     if pairs is not None:  # seeds of an accuracy study: each configuration against DP's run of its seed
-        for path, text in ((os.path.join(out_dir, "paired.md"), paired_markdown(pairs)),
-                           (os.path.join(out_dir, "paired.csv"), pairs.to_csv(index=False).rstrip("\n"))):
+        for path, text in (
+            (os.path.join(out_dir, "paired.md"), paired_markdown(pairs)),
+            (os.path.join(out_dir, "paired.csv"), pairs.to_csv(index=False).rstrip("\n")),
+        ):
             with open(path, "w") as f:
                 f.write(text + "\n")
             written.append(path)

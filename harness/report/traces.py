@@ -25,14 +25,36 @@ import re
 from harness.report.record import variant_text
 
 _ACTION = re.compile(r"^(\d*)(RECV_F|RECV_B|SEND_F|SEND_B|STEP|GPU|F|B|I|W)(\d*)(\*?)$")
-_NAMES = {"F": "forward", "B": "backward", "I": "backward input-grad", "W": "backward weight-grad",
-          "STEP": "optimizer step", "GPU": "GPU kernels", "RECV_F": "receive activation",
-          "RECV_B": "receive gradient", "SEND_F": "send activation", "SEND_B": "send gradient"}
-_CATEGORY = {"F": "compute", "B": "compute", "I": "compute", "W": "compute", "STEP": "compute", "GPU": "compute",
-             "RECV_F": "communication", "RECV_B": "communication", "SEND_F": "communication",
-             "SEND_B": "communication"}
-_IDLE_NAMES = {"peer_wait": "peer wait", "collective": "collective", "exposed_comm": "exposed communication",
-               "host": "host"}
+_NAMES = {
+    "F": "forward",
+    "B": "backward",
+    "I": "backward input-grad",
+    "W": "backward weight-grad",
+    "STEP": "optimizer step",
+    "GPU": "GPU kernels",
+    "RECV_F": "receive activation",
+    "RECV_B": "receive gradient",
+    "SEND_F": "send activation",
+    "SEND_B": "send gradient",
+}
+_CATEGORY = {
+    "F": "compute",
+    "B": "compute",
+    "I": "compute",
+    "W": "compute",
+    "STEP": "compute",
+    "GPU": "compute",
+    "RECV_F": "communication",
+    "RECV_B": "communication",
+    "SEND_F": "communication",
+    "SEND_B": "communication",
+}
+_IDLE_NAMES = {
+    "peer_wait": "peer wait",
+    "collective": "collective",
+    "exposed_comm": "exposed communication",
+    "host": "host",
+}
 REPLAY_PID = 1000  # the replay's processes come after the ranks'
 
 
@@ -56,13 +78,23 @@ def action_name(label: str, stage) -> tuple[str, dict]:
 
 
 def _complete(pid: int, tid: int, name: str, start: float, end: float, category: str, args: dict | None = None) -> dict:
-    return {"ph": "X", "pid": pid, "tid": tid, "name": name, "cat": category, "ts": round(start * 1e6, 3),
-            "dur": round(max(end - start, 0.0) * 1e6, 3), "args": args or {}}
+    return {
+        "ph": "X",
+        "pid": pid,
+        "tid": tid,
+        "name": name,
+        "cat": category,
+        "ts": round(start * 1e6, 3),
+        "dur": round(max(end - start, 0.0) * 1e6, 3),
+        "args": args or {},
+    }
 
 
 def _meta(pid: int, tid: int | None, kind: str, name: str, order: int) -> list[dict]:
-    events = [{"ph": "M", "pid": pid, "name": f"{kind}_name", "args": {"name": name}},
-              {"ph": "M", "pid": pid, "name": f"{kind}_sort_index", "args": {"sort_index": order}}]
+    events = [
+        {"ph": "M", "pid": pid, "name": f"{kind}_name", "args": {"name": name}},
+        {"ph": "M", "pid": pid, "name": f"{kind}_sort_index", "args": {"sort_index": order}},
+    ]
     if tid is not None:
         for e in events:
             e["tid"] = tid
@@ -72,8 +104,14 @@ def _meta(pid: int, tid: int | None, kind: str, name: str, order: int) -> list[d
 def chrome_trace(record: dict) -> dict | None:
     """The trace of ``record``'s step (see the module docstring), or None where it has no spans."""
     ranks = record.get("per_rank") or []
-    profiled = [(r, [(j, st.get("profiled_spans") or []) for j, st in sorted((r.get("stages") or {}).items())]
-                 or [(r.get("layout", {}).get("stage"), r.get("profiled_spans") or [])]) for r in ranks]
+    profiled = [
+        (
+            r,
+            [(j, st.get("profiled_spans") or []) for j, st in sorted((r.get("stages") or {}).items())]
+            or [(r.get("layout", {}).get("stage"), r.get("profiled_spans") or [])],
+        )
+        for r in ranks
+    ]
     starts = [s for _, lanes in profiled for _, spans in lanes for _, s, _ in spans]
     actions = [s for r in ranks for _, s, _ in r.get("events") or []]
     replay = record.get("replay_timeline") or []
@@ -86,15 +124,21 @@ def chrome_trace(record: dict) -> dict | None:
     for pid, (r, lanes) in enumerate(profiled):
         layout = r.get("layout", {})
         stage, held = layout.get("stage"), layout.get("stages") or []
-        where = (f" (stages {', '.join(map(str, held))})" if len(held) > 1
-                 else f" (stage {stage})" if isinstance(stage, int) else "")
+        where = (
+            f" (stages {', '.join(map(str, held))})"
+            if len(held) > 1
+            else f" (stage {stage})"
+            if isinstance(stage, int)
+            else ""
+        )
         events += _meta(pid, None, "process", f"rank {r.get('rank', pid)}{where}", pid)
         tid = 0
         for lane_stage, spans in lanes:
             if not spans:
                 continue
-            events += _meta(pid, tid, "thread", "compute (profiled step)"
-                            + (f", stage {lane_stage}" if len(lanes) > 1 else ""), tid)
+            events += _meta(
+                pid, tid, "thread", "compute (profiled step)" + (f", stage {lane_stage}" if len(lanes) > 1 else ""), tid
+            )
             for kind, s, e in spans:
                 # a rank holding several stages runs all of them on one thread: no stage to name
                 known = isinstance(lane_stage, int) and (len(lanes) > 1 or len(held) <= 1)
@@ -104,16 +148,27 @@ def chrome_trace(record: dict) -> dict | None:
             if waits.get(device):
                 tid += 1
                 events += _meta(pid, tid, "thread", "idle" + (f", stage {lane_stage}" if len(lanes) > 1 else ""), tid)
-                events += [_complete(pid, tid, _IDLE_NAMES.get(part, part), s - origin, e - origin, "idle")
-                           for part, s, e in waits[device]]
+                events += [
+                    _complete(pid, tid, _IDLE_NAMES.get(part, part), s - origin, e - origin, "idle")
+                    for part, s, e in waits[device]
+                ]
             tid += 1
         if r.get("events"):
             events += _meta(pid, tid, "thread", "actions (last timed step)", tid)
             for label, s, e in r["events"]:
                 name, args = action_name(label, stage if isinstance(stage, int) else None)
                 op = _ACTION.match(label)
-                events.append(_complete(pid, tid, name, s - action_origin, e - action_origin,
-                                        _CATEGORY.get(op.group(2), "other") if op else "other", args))
+                events.append(
+                    _complete(
+                        pid,
+                        tid,
+                        name,
+                        s - action_origin,
+                        e - action_origin,
+                        _CATEGORY.get(op.group(2), "other") if op else "other",
+                        args,
+                    )
+                )
     for lane, acts in enumerate(replay):
         pid = REPLAY_PID + lane
         events += _meta(pid, None, "process", f"simulator replay: position {lane}", pid)
@@ -123,13 +178,20 @@ def chrome_trace(record: dict) -> dict | None:
                 continue  # a transfer is free in the replay
             name, args = action_name(label, lane)
             events.append(_complete(pid, 0, name, s, e, "replay", args))
-    return {"traceEvents": events, "displayTimeUnit": "ms",
-            "otherData": {"strategy": record.get("strategy"), "variant": record.get("variant") or "",
-                          "world_size": record.get("world_size"), "model": record.get("model"),
-                          "micro_batches": record.get("micro_batches"),
-                          "bubble_measured": record.get("bubble_measured"),
-                          "bubble_replayed": record.get("bubble_replayed"),
-                          "idle_breakdown": record.get("idle_breakdown")}}
+    return {
+        "traceEvents": events,
+        "displayTimeUnit": "ms",
+        "otherData": {
+            "strategy": record.get("strategy"),
+            "variant": record.get("variant") or "",
+            "world_size": record.get("world_size"),
+            "model": record.get("model"),
+            "micro_batches": record.get("micro_batches"),
+            "bubble_measured": record.get("bubble_measured"),
+            "bubble_replayed": record.get("bubble_replayed"),
+            "idle_breakdown": record.get("idle_breakdown"),
+        },
+    }
 
 
 def run_name(record: dict) -> str:

@@ -28,30 +28,71 @@ import threading
 _SCALARS = (int, float, str, bool, type(None))
 STEPS_FILE = "steps.jsonl"
 # the record's inputs: in the run's config, not its summary
-_INPUTS = {"schema_version", "started_at", "strategy", "model", "data", "world_size",
-           "global_batch", "micro_batches", "steps", "seed", "repeat", "device", "precision", "augment", "tag",
-           "block", "variant", "ignored_strategy_keys", "config", "environment", "target_accuracy", "cluster",
-           "simulated", "threads_per_worker", "workers_on_host", "host_cores", "training_started_at", "replicas",
-           "boundaries", "partition_source", "memory_method", "peak_source", "resumed", "resumed_from_step"}
+_INPUTS = {
+    "schema_version",
+    "started_at",
+    "strategy",
+    "model",
+    "data",
+    "world_size",
+    "global_batch",
+    "micro_batches",
+    "steps",
+    "seed",
+    "repeat",
+    "device",
+    "precision",
+    "augment",
+    "tag",
+    "block",
+    "variant",
+    "ignored_strategy_keys",
+    "config",
+    "environment",
+    "target_accuracy",
+    "cluster",
+    "simulated",
+    "threads_per_worker",
+    "workers_on_host",
+    "host_cores",
+    "training_started_at",
+    "replicas",
+    "boundaries",
+    "partition_source",
+    "memory_method",
+    "peak_source",
+    "resumed",
+    "resumed_from_step",
+}
 
 
 def settings(mode: str | None, project: str | None, entity: str | None) -> tuple[str, str, str | None]:
     """(mode, project, entity): the config's where set, else wandb's environment variables, else
     offline, ``pipebench`` and the account's default."""
-    return (mode or os.environ.get("WANDB_MODE") or "offline", project or os.environ.get("WANDB_PROJECT") or "pipebench",
-            entity or os.environ.get("WANDB_ENTITY") or None)
+    return (
+        mode or os.environ.get("WANDB_MODE") or "offline",
+        project or os.environ.get("WANDB_PROJECT") or "pipebench",
+        entity or os.environ.get("WANDB_ENTITY") or None,
+    )
 
 
 def _warn(what: str, e: Exception, keeps: str) -> None:
     first_line = str(e).strip().splitlines()[0] if str(e).strip() else ""
-    print(f"warning: {what} failed ({type(e).__name__}: {first_line}); {keeps} is unaffected", file=sys.stderr,
-          flush=True)
+    print(
+        f"warning: {what} failed ({type(e).__name__}: {first_line}); {keeps} is unaffected", file=sys.stderr, flush=True
+    )
 
 
 def tags(info: dict) -> list[str]:
     """What a wandb user filters by: strategy, variant, block, model, ``w<workers>``, the sweep's tag."""
-    found = [info.get("strategy"), info.get("variant"), info.get("block"), info.get("model"),
-             f"w{info['world_size']}" if info.get("world_size") else None, info.get("tag")]
+    found = [
+        info.get("strategy"),
+        info.get("variant"),
+        info.get("block"),
+        info.get("model"),
+        f"w{info['world_size']}" if info.get("world_size") else None,
+        info.get("tag"),
+    ]
     return [str(t)[:64] for t in dict.fromkeys(found) if t]  # wandb's limit on a tag's length
 
 
@@ -76,8 +117,17 @@ class LiveRun:
     """One job's wandb run (see the module docstring); every method is a no-op once wandb failed
     or where the mode is ``disabled``."""
 
-    def __init__(self, output_dir: str, mode: str | None, project: str | None, entity: str | None,
-                 group: str | None, job_type: str, config: dict, info: dict):
+    def __init__(
+        self,
+        output_dir: str,
+        mode: str | None,
+        project: str | None,
+        entity: str | None,
+        group: str | None,
+        job_type: str,
+        config: dict,
+        info: dict,
+    ):
         self.output_dir, self.run, self._stop = output_dir, None, threading.Event()
         self._thread: threading.Thread | None = None
         self.mode, self.project, self.entity = settings(mode, project, entity)
@@ -87,12 +137,24 @@ class LiveRun:
             import wandb
 
             _, self.run = _init(
-                self.mode, project=self.project, entity=self.entity, group=group, job_type=job_type,
-                name=os.path.basename(os.path.normpath(output_dir)), dir=output_dir, tags=tags(info), config=config,
+                self.mode,
+                project=self.project,
+                entity=self.entity,
+                group=group,
+                job_type=job_type,
+                name=os.path.basename(os.path.normpath(output_dir)),
+                dir=output_dir,
+                tags=tags(info),
+                config=config,
                 # system metrics of this process and its workers; the transaction log flushed every
                 # 2 s, so that a job killed outright keeps what it logged
-                settings=wandb.Settings(x_stats_pid=os.getpid(), x_stats_track_process_tree=True,
-                                        x_stats_sampling_interval=5.0, x_transaction_log_flush_interval=2.0))
+                settings=wandb.Settings(
+                    x_stats_pid=os.getpid(),
+                    x_stats_track_process_tree=True,
+                    x_stats_sampling_interval=5.0,
+                    x_transaction_log_flush_interval=2.0,
+                ),
+            )
         except Exception as e:
             _warn("starting the wandb run", e, f"the local record in {output_dir}")
             self.run = None
@@ -149,8 +211,15 @@ class LiveRun:
                 _warn("finishing the wandb run", e, "the local record")
 
 
-def log_comparison(table, sweep_dir: str, files: list[str], mode: str | None, project: str | None,
-                   entity: str | None, group: str | None) -> None:
+def log_comparison(
+    table,
+    sweep_dir: str,
+    files: list[str],
+    mode: str | None,
+    project: str | None,
+    entity: str | None,
+    group: str | None,
+) -> None:
     """A sweep's comparison as a run of its own (role ``comparison``): the table as a wandb Table
     (numeric columns stay numeric) and the sweep's tables, figures and machine description as
     one artifact of type ``results``."""
@@ -159,12 +228,16 @@ def log_comparison(table, sweep_dir: str, files: list[str], mode: str | None, pr
         return
     name = f"comparison-{group or os.path.basename(os.path.normpath(sweep_dir))}"
     try:
-        wandb, run = _init(mode, project=project, entity=entity, group=group, job_type="comparison", name=name,
-                           dir=sweep_dir)
+        wandb, run = _init(
+            mode, project=project, entity=entity, group=group, job_type="comparison", name=name, dir=sweep_dir
+        )
         try:
             run.log({"comparison": wandb.Table(dataframe=table)})
-            artifact = wandb.Artifact(f"results-{group or 'sweep'}", type="results",
-                                      description=f"tables, figures and machine description of {sweep_dir}")
+            artifact = wandb.Artifact(
+                f"results-{group or 'sweep'}",
+                type="results",
+                description=f"tables, figures and machine description of {sweep_dir}",
+            )
             for path in files:
                 (artifact.add_dir if os.path.isdir(path) else artifact.add_file)(path)
             run.log_artifact(artifact)

@@ -56,8 +56,14 @@ def _worker(rank: int, world: int, specs: list[RunSpec], rounds: int, steps: int
     if spec.device == "cpu":  # as the launcher's workers run
         track_cpu_allocations()
     torch.set_num_threads(threads_per_process(spec.launch.threads_per_worker, world))
-    ctx = comm_mod.init_process_group(rank=rank, world_size=world, local_rank=rank, device=spec.device,
-                                      backend=spec.launch.backend, timeout_s=spec.launch.collective_timeout)
+    ctx = comm_mod.init_process_group(
+        rank=rank,
+        world_size=world,
+        local_rank=rank,
+        device=spec.device,
+        backend=spec.launch.backend,
+        timeout_s=spec.launch.collective_timeout,
+    )
     try:
         comm = comm_mod.Comm(ctx)
         data = load(spec.data, spec.seed)
@@ -82,8 +88,10 @@ def _worker(rank: int, world: int, specs: list[RunSpec], rounds: int, steps: int
             strategy.finish_training()
         gathered = comm.gather_objects(times)
         if ctx.is_main:  # the job's step is its slowest rank's
-            medians = [statistics.median(max(per_rank) for per_rank in zip(*(g[i] for g in gathered)))
-                       for i in range(len(specs))]
+            medians = [
+                statistics.median(max(per_rank) for per_rank in zip(*(g[i] for g in gathered)))
+                for i in range(len(specs))
+            ]
             with open(os.path.join(out, "times.json"), "w") as f:
                 json.dump(medians, f)
     finally:
@@ -98,11 +106,13 @@ _NULL_WIDTH = 8
 def null_spec(spec: RunSpec, micro_batches: int) -> RunSpec | None:
     """``spec`` on the null model with ``micro_batches`` micro-batches; None where the strategy
     cannot run that many."""
-    model = dataclasses.replace(spec.model, embed_dim=_NULL_WIDTH, num_heads=1, mlp_ratio=1.0,
-                                patch_size=spec.model.img_size)
+    model = dataclasses.replace(
+        spec.model, embed_dim=_NULL_WIDTH, num_heads=1, mlp_ratio=1.0, patch_size=spec.model.img_size
+    )
     train = dataclasses.replace(spec.train, micro_batches=micro_batches)
-    null = dataclasses.replace(spec, model=model, train=train, strategy=copy.deepcopy(spec.strategy),
-                               output_dir="", partition_dir="")
+    null = dataclasses.replace(
+        spec, model=model, train=train, strategy=copy.deepcopy(spec.strategy), output_dir="", partition_dir=""
+    )
     try:
         null.strategy_cls.check(null)
     except ConfigError:
@@ -134,11 +144,19 @@ def measure_runtime_overhead(spec: RunSpec, profile: Profile) -> RuntimeOverhead
     # this small depend on it
     profiles = [measure_profile(workload_of(null), device, network=profile.network) for null in nulls]
     layouts = [null.strategy_cls.simulated(null, p, cluster) for null, p in zip(nulls, profiles)]
-    runs = [(layout, null.world_size, null.train.global_batch, t, p)
-            for layout, null, t, p in zip(layouts, nulls, measured, profiles)]
+    runs = [
+        (layout, null.world_size, null.train.global_batch, t, p)
+        for layout, null, t, p in zip(layouts, nulls, measured, profiles)
+    ]
     per_action, per_step = fit_runtime_overhead(cluster, runs)
-    calibration = [{"micro_batches": null.train.micro_batches, "measured_step_s": t,
-                    "replayed_step_s": predict(p, cluster, layout, null.world_size, null.train.global_batch,
-                                               overhead=(per_action, per_step)).iteration_s}
-                   for layout, null, t, p in zip(layouts, nulls, measured, profiles)]
+    calibration = [
+        {
+            "micro_batches": null.train.micro_batches,
+            "measured_step_s": t,
+            "replayed_step_s": predict(
+                p, cluster, layout, null.world_size, null.train.global_batch, overhead=(per_action, per_step)
+            ).iteration_s,
+        }
+        for layout, null, t, p in zip(layouts, nulls, measured, profiles)
+    ]
     return RuntimeOverhead(layouts[0].strategy, layouts[0].schedule, per_action, per_step, calibration)

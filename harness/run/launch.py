@@ -62,10 +62,16 @@ def run(spec: RunSpec, output_dir: str, progress: bool = True) -> dict:
         if joined is not None and joined[0] != 0:
             raise
         seconds = time.perf_counter() - started
-        record.update(status="failed", interrupted=e.name, wall_time_s=seconds,
-                      error=f"interrupted by {e.name} after {seconds:.0f} s (stopped on purpose; its workers were ended)")
+        record.update(
+            status="failed",
+            interrupted=e.name,
+            wall_time_s=seconds,
+            error=f"interrupted by {e.name} after {seconds:.0f} s (stopped on purpose; its workers were ended)",
+        )
         path = record_mod.write(output_dir, record)
-        raise Interrupted(e.signum, f"interrupted by {e.name}: the run stopped, its record (marked failed) is {path}") from e
+        raise Interrupted(
+            e.signum, f"interrupted by {e.name}: the run stopped, its record (marked failed) is {path}"
+        ) from e
     except WorkerFailure as e:
         record.update(status="failed", error=str(e), failed_rank=e.rank, traceback=e.details)
     except ConfigError:
@@ -102,8 +108,12 @@ def _run_joined(spec: RunSpec, info: tuple[int, int, int]) -> dict:
         )
     if spec.device == "cpu":  # CPU memory is measured through the allocator's own accounting
         track_cpu_allocations()
-    torch.set_num_threads(threads_per_process(spec.launch.threads_per_worker, int(os.environ.get("LOCAL_WORLD_SIZE", 1))))
-    ctx = comm_mod.init_process_group(rank, world_size, local_rank, spec.device, spec.launch.backend, spec.launch.collective_timeout)
+    torch.set_num_threads(
+        threads_per_process(spec.launch.threads_per_worker, int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
+    )
+    ctx = comm_mod.init_process_group(
+        rank, world_size, local_rank, spec.device, spec.launch.backend, spec.launch.collective_timeout
+    )
     try:
         return train(spec, ctx, local_world=int(os.environ.get("LOCAL_WORLD_SIZE", 1))) or {}
     finally:
@@ -149,8 +159,9 @@ def _run_local(spec: RunSpec, output_dir: str, progress: bool, stop: _Stop) -> d
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(comm_mod.free_port())
     n = spec.strategy_cls.processes(spec)
-    ctx = start_workers(worker_main, args=(spec, n, n, result_path, progress), nprocs=n, join=False,
-                        preload=strategy_modules())
+    ctx = start_workers(
+        worker_main, args=(spec, n, n, result_path, progress), nprocs=n, join=False, preload=strategy_modules()
+    )
     stop.workers = ctx.processes
     try:
         # join() returns True when all exited cleanly; on the first failure it
@@ -162,7 +173,11 @@ def _run_local(spec: RunSpec, output_dir: str, progress: bool, stop: _Stop) -> d
         rank, text = _first_failed(ctx, result_path, e.error_index, str(e))
         raise WorkerFailure(rank, f"rank {rank} raised {_last_line(text)}", text) from None
     except tmp.ProcessExitedException as e:
-        how = f"was killed by {signal.Signals(-e.exit_code).name}" if e.exit_code < 0 else f"exited with code {e.exit_code}"
+        how = (
+            f"was killed by {signal.Signals(-e.exit_code).name}"
+            if e.exit_code < 0
+            else f"exited with code {e.exit_code}"
+        )
         raise WorkerFailure(e.error_index, f"rank {e.error_index} {how}") from None
     finally:
         _end_all(ctx)

@@ -49,6 +49,7 @@ def stop_requested(run_dir: str) -> bool:
 def listen() -> None:
     """In a spawned worker: the preemption signal marks this rank's stop request (a scheduler may send
     it to every process of the job, and its default would kill the worker)."""
+
     def request(signum, frame) -> None:
         global _requested
         _requested = True

@@ -59,9 +59,16 @@ class StepLog:
         self.loss, self.times, self.window_start = 0.0, [], first_step
         self.pending: list[tuple[Pending | None, torch.Tensor, dict]] = []
         self.started = time.perf_counter()
-        self.bar = tqdm(total=steps, initial=first_step, desc=self.label, unit="step", file=sys.stderr,
-                        dynamic_ncols=True, mininterval=0.5,
-                        disable=not (bar and ctx.is_main and sys.stderr.isatty()))
+        self.bar = tqdm(
+            total=steps,
+            initial=first_step,
+            desc=self.label,
+            unit="step",
+            file=sys.stderr,
+            dynamic_ncols=True,
+            mininterval=0.5,
+            disable=not (bar and ctx.is_main and sys.stderr.isatty()),
+        )
 
     @property
     def memory_key(self) -> str:
@@ -109,8 +116,9 @@ class StepLog:
             self.pending.pop(0)
             if not self.ctx.is_main:
                 continue
-            row.update({"train/loss": float(values[0] / max(values[1], 1)),
-                        self.memory_key: float(values[2:].max()) / 2**20})
+            row.update(
+                {"train/loss": float(values[0] / max(values[1], 1)), self.memory_key: float(values[2:].max()) / 2**20}
+            )
             self._write(row)
             if row["step"] % self.print_every == 0 or row["step"] == self.steps:
                 self._print(row)
@@ -127,11 +135,16 @@ class StepLog:
             self.path = None
 
     def _print(self, row: dict) -> None:
-        speed = (f" | {row['train/samples_per_s']:.0f} samples/s | {row['train/step_time_s'] * 1e3:.1f} ms/step"
-                 if "train/samples_per_s" in row else "")
+        speed = (
+            f" | {row['train/samples_per_s']:.0f} samples/s | {row['train/step_time_s'] * 1e3:.1f} ms/step"
+            if "train/samples_per_s" in row
+            else ""
+        )
         memory = "peak allocated" if self.memory_key == "train/peak_allocated_mib" else "peak RSS"
-        line = (f"{self.label} step {row['step']}/{self.steps} | loss {row['train/loss']:.4f} | "
-                f"lr {row['train/lr']:.3g}{speed} | {memory} {row[self.memory_key]:.0f} MiB")
+        line = (
+            f"{self.label} step {row['step']}/{self.steps} | loss {row['train/loss']:.4f} | "
+            f"lr {row['train/lr']:.3g}{speed} | {memory} {row[self.memory_key]:.0f} MiB"
+        )
         if self.bar.disable:
             print(line, flush=True)
         else:  # above the bar
@@ -140,8 +153,14 @@ class StepLog:
     def evaluated(self, point: dict) -> None:
         """An evaluation's row (rank 0), after the rows of the steps before it."""
         self._collect(wait=True)
-        self._write({"step": point["step"], "test/accuracy": point["accuracy"], "test/loss": point["loss"],
-                     "time_s": round(time.perf_counter() - self.started, 3)})
+        self._write(
+            {
+                "step": point["step"],
+                "test/accuracy": point["accuracy"],
+                "test/loss": point["loss"],
+                "time_s": round(time.perf_counter() - self.started, 3),
+            }
+        )
 
     def close(self) -> None:
         self._collect(wait=True)

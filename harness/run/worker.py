@@ -91,7 +91,11 @@ def train(spec: RunSpec, ctx: comm_mod.DistContext, progress: bool = True, local
             stopping = _agree_to_stop(comm, preemption.stop_requested(spec.output_dir))
         # a strategy whose checkpoint changes its training stops at its next periodic checkpoint,
         # where the uninterrupted run checkpoints too: the resumed run is then that run exactly
-        if stopping and step + 1 < steps and (saved or not (strategy.checkpoint_changes_training and t.checkpoint_every)):
+        if (
+            stopping
+            and step + 1 < steps
+            and (saved or not (strategy.checkpoint_changes_training and t.checkpoint_every))
+        ):
             if not saved:
                 _save_checkpoint(strategy, spec, comm, step + 1, history)
             stopped_at = step + 1
@@ -136,19 +140,39 @@ def train(spec: RunSpec, ctx: comm_mod.DistContext, progress: bool = True, local
     gathered = comm.gather_objects(per_rank)
     if not ctx.is_main:
         return None
-    return job_figures(spec, strategy, gathered, {
-        "final": final, "curve": curve, "reached_target_s": reached_target_s, "stopped_at": stopped_at,
-        "curve_start": history["first_step"], "first_step": first_step, "resumed": bool(t.resume),
-        "train_time_s": train_time, "training_started_at": training_started_at, "parameters": n_params,
-        "device": ctx.device.type, "threads": torch.get_num_threads(), "local_world": local_world,
-        "peak_source": peak_source})
+    return job_figures(
+        spec,
+        strategy,
+        gathered,
+        {
+            "final": final,
+            "curve": curve,
+            "reached_target_s": reached_target_s,
+            "stopped_at": stopped_at,
+            "curve_start": history["first_step"],
+            "first_step": first_step,
+            "resumed": bool(t.resume),
+            "train_time_s": train_time,
+            "training_started_at": training_started_at,
+            "parameters": n_params,
+            "device": ctx.device.type,
+            "threads": torch.get_num_threads(),
+            "local_world": local_world,
+            "peak_source": peak_source,
+        },
+    )
 
 
 def host_only_tensors(strategy, layers, dataset) -> list[torch.Tensor]:
     """Host tensors a GPU would not hold: the dataset and the layers this rank does not train."""
     owned = set(strategy.owned_layers())
-    return [*(t for i, layer in enumerate(layers) if i not in owned for t in (*layer.parameters(), *layer.buffers())),
-            dataset.train.images, dataset.train.labels, dataset.test.images, dataset.test.labels]
+    return [
+        *(t for i, layer in enumerate(layers) if i not in owned for t in (*layer.parameters(), *layer.buffers())),
+        dataset.train.images,
+        dataset.train.labels,
+        dataset.test.images,
+        dataset.test.labels,
+    ]
 
 
 def _agree_to_stop(comm, requested: bool) -> bool:
@@ -181,8 +205,13 @@ def _save_checkpoint(strategy, spec: RunSpec, comm, step: int, history: dict) ->
     folder = os.path.join(spec.output_dir, "checkpoints", f"step{step}")
     os.makedirs(folder, exist_ok=True)
     strategy.quiesce()
-    state = {**strategy.checkpoint_state(), "step": step, "strategy": spec.strategy.name,
-             "world_size": spec.world_size, "history": history}
+    state = {
+        **strategy.checkpoint_state(),
+        "step": step,
+        "strategy": spec.strategy.name,
+        "world_size": spec.world_size,
+        "history": history,
+    }
     tmp = os.path.join(folder, f".rank{comm.ctx.rank}.pt.tmp")
     torch.save(state, tmp)
     os.replace(tmp, os.path.join(folder, f"rank{comm.ctx.rank}.pt"))
@@ -201,8 +230,13 @@ def _resume(strategy, path: str, ctx) -> tuple[int, dict]:
     state = torch.load(os.path.join(folder, f"rank{ctx.rank}.pt"), map_location=ctx.device)
     strategy.load_checkpoint_state(state)
     step = int(state["step"])
-    return step, state.get("history") or {"first_step": step, "loss_shares": [], "curve": [], "elapsed_s": 0.0,
-                                          "reached_target_s": None}
+    return step, state.get("history") or {
+        "first_step": step,
+        "loss_shares": [],
+        "curve": [],
+        "elapsed_s": 0.0,
+        "reached_target_s": None,
+    }
 
 
 def _time_split(step_stats: list[dict], timed: list[int]) -> dict:
@@ -211,8 +245,10 @@ def _time_split(step_stats: list[dict], timed: list[int]) -> dict:
     if not stats:
         return {}
     keys = ("compute_s", "comm_s", "idle_s")
-    split = {"time_split": {k: sum(s[k] for s in stats) / len(stats) for k in keys},
-             "events": stats[-1].get("events", [])}
+    split = {
+        "time_split": {k: sum(s[k] for s in stats) / len(stats) for k in keys},
+        "events": stats[-1].get("events", []),
+    }
     reduces = [s["allreduce"] for s in stats if s.get("allreduce")]
     if reduces:  # a stage with replicas: its all-reduce, mean per timed step
         split["allreduce"] = {k: sum(r[k] for r in reduces) / len(reduces) for k in reduces[0]}
@@ -238,7 +274,9 @@ def _evaluate(strategy, dataset, spec: RunSpec, ctx) -> dict:
     return {"accuracy": correct / max(count, 1), "loss": loss_sum / max(count, 1), "count": count}
 
 
-def worker_main(rank: int, spec: RunSpec, world_size: int, local_world: int, result_path: str | None, progress: bool) -> None:
+def worker_main(
+    rank: int, spec: RunSpec, world_size: int, local_world: int, result_path: str | None, progress: bool
+) -> None:
     """Entry point of one spawned worker process."""
     if spec.preemptible:  # a scheduler may signal the workers too: the signal asks to stop, not to die
         preemption.listen()
@@ -246,8 +284,12 @@ def worker_main(rank: int, spec: RunSpec, world_size: int, local_world: int, res
         track_cpu_allocations()
     torch.set_num_threads(threads_per_process(spec.launch.threads_per_worker, local_world))
     ctx = comm_mod.init_process_group(
-        rank=rank, world_size=world_size, local_rank=rank % max(local_world, 1),
-        device=spec.device, backend=spec.launch.backend, timeout_s=spec.launch.collective_timeout,
+        rank=rank,
+        world_size=world_size,
+        local_rank=rank % max(local_world, 1),
+        device=spec.device,
+        backend=spec.launch.backend,
+        timeout_s=spec.launch.collective_timeout,
     )
     try:
         result = train(spec, ctx, progress=progress, local_world=local_world)

@@ -35,6 +35,7 @@ def _split_backward():
     when a schedule first runs one: the library takes about 1.5 s to import, which every command
     and worker would otherwise pay (harness.planning.profiling imports it the same way)."""
     from torch.distributed.pipelining import _backward
+
     return _backward
 
 
@@ -56,8 +57,15 @@ def _same_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 # where an action's time goes in the split (sends and STEP: their parts are marked inside)
-_KIND = {sch.FWD: "compute_s", sch.BWD: "compute_s", sch.BWD_I: "compute_s", sch.BWD_W: "compute_s",
-         sch.RECV_F: "idle_s", sch.RECV_B: "idle_s"}
+_KIND = {
+    sch.FWD: "compute_s",
+    sch.BWD: "compute_s",
+    sch.BWD_I: "compute_s",
+    sch.BWD_W: "compute_s",
+    sch.RECV_F: "idle_s",
+    sch.RECV_B: "idle_s",
+}
+
 
 class StageModule(nn.Module):
     """The contiguous layers of one stage; layers in ``recompute`` are checkpointed.
@@ -150,8 +158,7 @@ class GradSync:
         self._launched_at: list = []  # (device-timer mark, launched under the armed backward)
         self.backward_end = None  # the armed backward's end mark
         self.armed = False
-        self._hooks = [p.register_post_accumulate_grad_hook(self.ready)
-                       for bucket in self.buckets for p in bucket]
+        self._hooks = [p.register_post_accumulate_grad_hook(self.ready) for bucket in self.buckets for p in bucket]
 
     def close(self) -> None:
         """Remove the hooks (the parameters outlive this object: Switch Parallelism re-plans them)."""
@@ -176,8 +183,7 @@ class GradSync:
         # launched before the backward ended, in the host's order (device marks may tie)
         early = [t for t, in_backward in self._launched_at if in_backward and end is not None]
         hidden = max((self.timer.elapsed(t, end) for t in early), default=0.0)
-        return {"buckets": len(self.buckets), "buckets_in_backward": len(early),
-                "hidden_allreduce_s": max(hidden, 0.0)}
+        return {"buckets": len(self.buckets), "buckets_in_backward": len(early), "hidden_allreduce_s": max(hidden, 0.0)}
 
     def follow(self, masters: list[nn.Parameter], copies: list[torch.Tensor]) -> None:
         """Count ``copies`` (a stashed weight version) for their ``masters``: with weight
@@ -291,9 +297,17 @@ class StageExecutor:
     versions are reused once their backward is done. Adjacent stages on one rank hand their
     tensors over in place of a send (the V schedules' turn)."""
 
-    def __init__(self, stages: list[LocalStage], comm: Comm, optimizer: torch.optim.Optimizer,
-                 dtype: torch.dtype = torch.float32, stash_weights: bool = False, predict_weights: bool = False,
-                 label_smoothing: float = 0.0, clip: Clip | None = None):
+    def __init__(
+        self,
+        stages: list[LocalStage],
+        comm: Comm,
+        optimizer: torch.optim.Optimizer,
+        dtype: torch.dtype = torch.float32,
+        stash_weights: bool = False,
+        predict_weights: bool = False,
+        label_smoothing: float = 0.0,
+        clip: Clip | None = None,
+    ):
         """``stages``: this rank's stages, ascending (``optimizer`` steps all of their parameters);
         ``dtype``: the activations' and gradients' type between stages (bf16 in a bf16 run);
         ``clip``: how a STEP clips the gradients' norm (None: it does not)."""
@@ -322,7 +336,6 @@ class StageExecutor:
         self._reduced = False  # a STEP reduced gradients in this call
         self._reset_state()
 
-
     def _on(self, a: sch.Action) -> tuple[LocalStage, InFlight]:
         """The stage ``a`` acts on and its micro-batches in flight."""
         st = self.stages[0] if a.stage is None else self._by_stage[a.stage]
@@ -347,8 +360,15 @@ class StageExecutor:
         return [t for version in [*self._stash.values(), *self._free_versions] for t in version]
 
     # -- one call ------------------------------------------------------------
-    def run(self, actions: list[sch.Action], x: torch.Tensor | None, y: torch.Tensor | None,
-            training: bool = True, flush: bool = True, posting: list[sch.Action] | None = None) -> StageRun:
+    def run(
+        self,
+        actions: list[sch.Action],
+        x: torch.Tensor | None,
+        y: torch.Tensor | None,
+        training: bool = True,
+        flush: bool = True,
+        posting: list[sch.Action] | None = None,
+    ) -> StageRun:
         """Run ``actions`` with global batch ``(x, y)``.
 
         ``flush=True`` (synchronous schedules) ends the call with every send
@@ -421,9 +441,11 @@ class StageExecutor:
             # last reducing backward (a stage reduced early hides under the other stages' work)
             end = self._last_reduced.backward_end if self._last_reduced is not None else None
             parts = [sync.overlap(end) for sync in syncs]
-            self._run.allreduce = {"buckets": sum(p["buckets"] for p in parts),
-                                   "buckets_in_backward": sum(p["buckets_in_backward"] for p in parts),
-                                   "hidden_allreduce_s": max(p["hidden_allreduce_s"] for p in parts)}
+            self._run.allreduce = {
+                "buckets": sum(p["buckets"] for p in parts),
+                "buckets_in_backward": sum(p["buckets_in_backward"] for p in parts),
+                "hidden_allreduce_s": max(p["hidden_allreduce_s"] for p in parts),
+            }
         self._spans, self._reduced = [], False
 
     def drain_sends(self) -> None:
@@ -446,8 +468,14 @@ class StageExecutor:
         weights; training minibatches in flight, and their messages (which use
         other tags), are untouched and resume afterwards.
         """
-        training_state = (self._held, self._sends, self._posted, getattr(self, "_x", None), getattr(self, "_y", None),
-                          getattr(self, "_batch", None))
+        training_state = (
+            self._held,
+            self._sends,
+            self._posted,
+            getattr(self, "_x", None),
+            getattr(self, "_y", None),
+            getattr(self, "_batch", None),
+        )
         self._reset_state()
         self._x, self._y, self._batch, self._training, self._evaluating = x, y, x.shape[0], False, True
         self._run = StageRun()
@@ -497,8 +525,10 @@ class StageExecutor:
         lo, hi = self._range(st, a.micro)
         free = self._received.get((hi - lo, *shape))
         buf = free.pop() if free else torch.empty((hi - lo, *shape), dtype=self.dtype, device=self.device)
-        waits = [self.comm.irecv(buf[t.lo - lo : t.hi - lo], t.src if forward else t.dst, tag)
-                 for t in self._pieces(st, a.micro, towards_next=not forward)]
+        waits = [
+            self.comm.irecv(buf[t.lo - lo : t.hi - lo], t.src if forward else t.dst, tag)
+            for t in self._pieces(st, a.micro, towards_next=not forward)
+        ]
         self._posted[a] = (buf, waits)
 
     def _received_tensor(self, a: sch.Action) -> torch.Tensor:
@@ -543,8 +573,9 @@ class StageExecutor:
         lo, _ = self._range(st, micro)
         self._sends_started += len(pieces)
         for t in pieces:
-            self._sends.append((self._calls, self.comm.isend(tensor[t.lo - lo : t.hi - lo].contiguous(),
-                                                             getattr(t, peer_attr), tag)))
+            self._sends.append(
+                (self._calls, self.comm.isend(tensor[t.lo - lo : t.hi - lo].contiguous(), getattr(t, peer_attr), tag))
+            )
 
     def _wait_sends(self) -> None:
         for _, pending in self._sends:
@@ -613,8 +644,14 @@ class StageExecutor:
     def _SEND_F(self, a: sch.Action) -> None:
         st, held = self._on(a)
         out = held.outputs[a.micro]
-        self._send(st, out.detach().to(self.dtype), a.micro, self._pieces(st, a.micro, towards_next=True), "dst",
-                   tag=self._tag(a.micro, grad=False, boundary=st.plan.stage))
+        self._send(
+            st,
+            out.detach().to(self.dtype),
+            a.micro,
+            self._pieces(st, a.micro, towards_next=True),
+            "dst",
+            tag=self._tag(a.micro, grad=False, boundary=st.plan.stage),
+        )
         if not self._training:
             held.outputs.pop(a.micro)
             held.inputs.pop(a.micro, None)
@@ -715,8 +752,14 @@ class StageExecutor:
     def _SEND_B(self, a: sch.Action) -> None:
         st, held = self._on(a)
         inp = held.inputs.pop(a.micro)
-        self._send(st, inp.grad, a.micro, self._pieces(st, a.micro, towards_next=False), "src",
-                   tag=self._tag(a.micro, grad=True, boundary=st.plan.stage - 1))
+        self._send(
+            st,
+            inp.grad,
+            a.micro,
+            self._pieces(st, a.micro, towards_next=False),
+            "src",
+            tag=self._tag(a.micro, grad=True, boundary=st.plan.stage - 1),
+        )
         if a.micro in held.weight_parts:  # its W pass is still to come and reads the input
             held.read_by_w.setdefault(a.micro, []).append(inp)
         else:
@@ -732,8 +775,12 @@ class StageExecutor:
             self._reduced = True
         t0 = self.timer.mark()
         if self.clip is not None:
-            clip_gradients([p for st in self.stages for p in st.module.parameters()], self.clip.max_norm,
-                           self.comm.all_reduce if self.clip.whole_model else None, self.clip.weight)
+            clip_gradients(
+                [p for st in self.stages for p in st.module.parameters()],
+                self.clip.max_norm,
+                self.comm.all_reduce if self.clip.whole_model else None,
+                self.clip.weight,
+            )
         self.optimizer.step()
         for st in self.stages:
             st.grads.zero()
@@ -741,8 +788,17 @@ class StageExecutor:
 
     # every action kind this executor runs, and the method that runs it (DeepSpeed's engine keeps
     # the same kind of table); a schedule with another kind is refused before launch
-    ACTIONS = {sch.RECV_F: _RECV_F, sch.FWD: _F, sch.SEND_F: _SEND_F, sch.RECV_B: _RECV_B, sch.BWD: _B,
-               sch.BWD_I: _I, sch.BWD_W: _W, sch.SEND_B: _SEND_B, sch.STEP: _STEP}
+    ACTIONS = {
+        sch.RECV_F: _RECV_F,
+        sch.FWD: _F,
+        sch.SEND_F: _SEND_F,
+        sch.RECV_B: _RECV_B,
+        sch.BWD: _B,
+        sch.BWD_I: _I,
+        sch.BWD_W: _W,
+        sch.SEND_B: _SEND_B,
+        sch.STEP: _STEP,
+    }
 
     @classmethod
     def unsupported(cls, lists: list[list[sch.Action]]) -> list[str]:

@@ -222,8 +222,10 @@ def async_drain(num_stages: int, stage: int, minibatches: int) -> list[Action]:
 
 def async_1f1b(num_stages: int, minibatches: int) -> list[list[Action]]:
     """The whole asynchronous run of ``minibatches``, per stage (for simulation and tests)."""
-    return [[a for i in range(minibatches) for a in async_step(num_stages, s, i)]
-            + async_drain(num_stages, s, minibatches) for s in range(num_stages)]
+    return [
+        [a for i in range(minibatches) for a in async_step(num_stages, s, i)] + async_drain(num_stages, s, minibatches)
+        for s in range(num_stages)
+    ]
 
 
 def forward_only(num_stages: int, micro_batches: int) -> list[list[Action]]:
@@ -269,8 +271,9 @@ class Timeline:
         those of stage ``of``, where the list holds several stages)."""
         return int(self.peak_live(stage, lambda s: 1.0 if of is None or s == of else 0.0))
 
-    def peak_live(self, stage: int, held: Callable[[int], float],
-                  held_after_i: Callable[[int], float] | None = None) -> float:
+    def peak_live(
+        self, stage: int, held: Callable[[int], float], held_after_i: Callable[[int], float] | None = None
+    ) -> float:
         """The most that list ``stage`` holds at once when each micro-batch forwarded on stage s
         holds ``held(s)`` until its backward (a split backward releases it at the weight part,
         which still needs the saved activations), and ``held_after_i(s)`` from its input-gradient
@@ -301,10 +304,16 @@ def unit_cost(stage: int, action: Action) -> float:
 _UNIT = {FWD: 1.0, BWD: 2.0, BWD_I: 1.0, BWD_W: 1.0}
 
 
-def replay(schedules: list[list[Action]], cost: Callable[[int, Action], float] = unit_cost,
-             blocking_sends: bool = False, placement: list[int] | None = None, rendezvous: bool = False,
-             wake: Callable[[float], float] | None = None, receiver_driven: bool = False,
-             busy_sender_s: float = 0.0) -> Timeline:
+def replay(
+    schedules: list[list[Action]],
+    cost: Callable[[int, Action], float] = unit_cost,
+    blocking_sends: bool = False,
+    placement: list[int] | None = None,
+    rendezvous: bool = False,
+    wake: Callable[[float], float] | None = None,
+    receiver_driven: bool = False,
+    busy_sender_s: float = 0.0,
+) -> Timeline:
     """Replay per-stage action lists; raise Deadlock if they cannot all finish.
 
     Each stage runs its list in order. A send's cost is its transfer time: the

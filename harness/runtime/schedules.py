@@ -70,7 +70,9 @@ class Schedule:
         the schedule cannot run this shape (the library's own reason for its schedules)."""
         v = stages_per_rank
         if self.stages_per_rank is not None and v != self.stages_per_rank:
-            many = "one stage per rank" if self.stages_per_rank == 1 else f"exactly {self.stages_per_rank} stages per rank"
+            many = (
+                "one stage per rank" if self.stages_per_rank == 1 else f"exactly {self.stages_per_rank} stages per rank"
+            )
             raise ScheduleError(f"{self.name} takes {many}")
         if self.stages_per_rank is None and v < 2:
             raise ScheduleError(f"{self.name} puts several stages on each rank; it needs at least 2 per rank")
@@ -97,8 +99,9 @@ class Schedule:
             return 0.0
         if self.placement == "one" and not self.splits_backward:
             return (ranks - 1) / (micro_batches + ranks - 1)
-        timeline = sch.replay(self.lists(ranks, stages_per_rank, micro_batches),
-                              placement=self.placement_of(ranks, stages_per_rank))
+        timeline = sch.replay(
+            self.lists(ranks, stages_per_rank, micro_batches), placement=self.placement_of(ranks, stages_per_rank)
+        )
         return sum(timeline.idle_fraction(p) for p in range(ranks)) / ranks
 
     def forward_only(self, ranks: int, stages_per_rank: int, micro_batches: int) -> Lists:
@@ -134,31 +137,87 @@ def _library(name: str) -> Callable[[int, int, int], Lists]:
 
 ASYNC = "async_1f1b"
 
-SCHEDULES: dict[str, Schedule] = {s.name: s for s in (
-    Schedule("gpipe", "fill-drain: every forward, then every backward, then the step (GPipe)", _ours(sch.gpipe),
-             library="GPipe", ours=True),
-    Schedule("1f1b", "one forward one backward with a flush (PipeDream-flush, Megatron's default)",
-             _ours(sch.one_f_one_b), library="1F1B", ours=True),
-    Schedule("zb_h1", "zero bubble at 1F1B's memory: split backward, W passes fill 1F1B's bubble (ZB-H1, "
-             "Qi et al. 2024)", _ours(sch.zb_h1), splits_backward=True, ours=True),
-    Schedule(ASYNC, "asynchronous 1F1B, no flush, one minibatch at a time (PipeDream, AshPipe)",
-             _ours(sch.async_1f1b), asynchronous=True, ours=True),
-    Schedule("interleaved_1f1b", "1F1B over v stages per rank in loop placement (Narayanan et al. 2021)",
-             _library("Interleaved1F1B"), placement="loop", stages_per_rank=None, library="Interleaved1F1B",
-             ours=True),
-    Schedule("looped_bfs", "every micro-batch through a rank's stage before its next (Lamy-Poirier 2023)",
-             _library("LoopedBFS"), placement="loop", stages_per_rank=None, library="LoopedBFS",
-             ours=True),
-    Schedule("zero_bubble", "interleaved zero bubble, ZB1P (Qi et al. 2024)", _library("InterleavedZeroBubble"),
-             placement="loop", stages_per_rank=None, splits_backward=True, library="InterleavedZeroBubble",
-             ours=True),
-    Schedule("zbv", "zero bubble in V placement, ZB-V (Qi et al. 2024)", _library("ZBVZeroBubble"),
-             placement="v", stages_per_rank=2, splits_backward=True, library="ZBVZeroBubble",
-             ours=True),
-    Schedule("dualpipev", "DeepSeek-V3's DualPipe in V placement", _library("DualPipeV"), placement="v",
-             stages_per_rank=2, splits_backward=True, library="DualPipeV",
-             ours=True),
-)}
+SCHEDULES: dict[str, Schedule] = {
+    s.name: s
+    for s in (
+        Schedule(
+            "gpipe",
+            "fill-drain: every forward, then every backward, then the step (GPipe)",
+            _ours(sch.gpipe),
+            library="GPipe",
+            ours=True,
+        ),
+        Schedule(
+            "1f1b",
+            "one forward one backward with a flush (PipeDream-flush, Megatron's default)",
+            _ours(sch.one_f_one_b),
+            library="1F1B",
+            ours=True,
+        ),
+        Schedule(
+            "zb_h1",
+            "zero bubble at 1F1B's memory: split backward, W passes fill 1F1B's bubble (ZB-H1, Qi et al. 2024)",
+            _ours(sch.zb_h1),
+            splits_backward=True,
+            ours=True,
+        ),
+        Schedule(
+            ASYNC,
+            "asynchronous 1F1B, no flush, one minibatch at a time (PipeDream, AshPipe)",
+            _ours(sch.async_1f1b),
+            asynchronous=True,
+            ours=True,
+        ),
+        Schedule(
+            "interleaved_1f1b",
+            "1F1B over v stages per rank in loop placement (Narayanan et al. 2021)",
+            _library("Interleaved1F1B"),
+            placement="loop",
+            stages_per_rank=None,
+            library="Interleaved1F1B",
+            ours=True,
+        ),
+        Schedule(
+            "looped_bfs",
+            "every micro-batch through a rank's stage before its next (Lamy-Poirier 2023)",
+            _library("LoopedBFS"),
+            placement="loop",
+            stages_per_rank=None,
+            library="LoopedBFS",
+            ours=True,
+        ),
+        Schedule(
+            "zero_bubble",
+            "interleaved zero bubble, ZB1P (Qi et al. 2024)",
+            _library("InterleavedZeroBubble"),
+            placement="loop",
+            stages_per_rank=None,
+            splits_backward=True,
+            library="InterleavedZeroBubble",
+            ours=True,
+        ),
+        Schedule(
+            "zbv",
+            "zero bubble in V placement, ZB-V (Qi et al. 2024)",
+            _library("ZBVZeroBubble"),
+            placement="v",
+            stages_per_rank=2,
+            splits_backward=True,
+            library="ZBVZeroBubble",
+            ours=True,
+        ),
+        Schedule(
+            "dualpipev",
+            "DeepSeek-V3's DualPipe in V placement",
+            _library("DualPipeV"),
+            placement="v",
+            stages_per_rank=2,
+            splits_backward=True,
+            library="DualPipeV",
+            ours=True,
+        ),
+    )
+}
 
 
 def get(name: str) -> Schedule:
@@ -169,9 +228,13 @@ def get(name: str) -> Schedule:
 
 def names(*, ours: bool | None = None, library: bool | None = None, asynchronous: bool | None = False) -> list[str]:
     """Schedule names, in the registry's order, filtered by who runs them and whether they flush."""
-    return [s.name for s in SCHEDULES.values()
-            if (ours is None or s.ours == ours) and (library is None or (s.library is not None) == library)
-            and (asynchronous is None or s.asynchronous == asynchronous)]
+    return [
+        s.name
+        for s in SCHEDULES.values()
+        if (ours is None or s.ours == ours)
+        and (library is None or (s.library is not None) == library)
+        and (asynchronous is None or s.asynchronous == asynchronous)
+    ]
 
 
 def backward_part(action: sch.Action) -> float:
@@ -185,8 +248,9 @@ def backward_part(action: sch.Action) -> float:
     return 0.5
 
 
-def replayed_timeline(schedules: Lists, busy: list[dict[str, float]], placement: list[int] | None = None
-                      ) -> sch.Timeline:
+def replayed_timeline(
+    schedules: Lists, busy: list[dict[str, float]], placement: list[int] | None = None
+) -> sch.Timeline:
     """``schedules`` replayed with the time each list (a stage, or a rank holding several) spent
     computing in a profiled step, transfers free.
 

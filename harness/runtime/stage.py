@@ -65,4 +65,3 @@ def build_stages(layout: PipelineLayout, layers: list[nn.Module], ctx: DistConte
         plan = StagePlan(topo, ctx.rank, stage, replica, layout.micro_batches, list(layout.boundary_shapes))
         builds.append(StageBuild(plan, module, (lo, hi), group, recompute))
     return builds
-

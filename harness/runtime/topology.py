@@ -99,7 +99,9 @@ def micro_ranges(batch: int, micro_batches: int) -> list[tuple[int, int]]:
     return out
 
 
-def owned_range(topo: Topology, batch: int, micro_batches: int, micro: int, stage: int, replica: int) -> tuple[int, int]:
+def owned_range(
+    topo: Topology, batch: int, micro_batches: int, micro: int, stage: int, replica: int
+) -> tuple[int, int]:
     """Global sample range that ``replica`` of ``stage`` computes for ``micro``."""
     lo, hi = micro_ranges(batch, micro_batches)[micro]
     share = replica_slice(hi - lo, topo.replicas[stage], replica)

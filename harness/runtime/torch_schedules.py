@@ -26,15 +26,24 @@ class LibraryRefused(ValueError):
     """The library cannot build this schedule (its own reason, one line)."""
 
 
-_OPS = {"F": sch.FWD, "B": sch.BWD, "I": sch.BWD_I, "W": sch.BWD_W, "SEND_F": sch.SEND_F,
-        "RECV_F": sch.RECV_F, "SEND_B": sch.SEND_B, "RECV_B": sch.RECV_B}
+_OPS = {
+    "F": sch.FWD,
+    "B": sch.BWD,
+    "I": sch.BWD_I,
+    "W": sch.BWD_W,
+    "SEND_F": sch.SEND_F,
+    "RECV_F": sch.RECV_F,
+    "SEND_B": sch.SEND_B,
+    "RECV_B": sch.RECV_B,
+}
 # actions for sharded or replicated data parallelism, no-ops for the stage modules run here
 _NO_OPS = ("UNSHARD", "RESHARD", "REDUCE_GRAD")
 
 
 @functools.lru_cache(maxsize=64)
-def library_lists(library_name: str, ranks: int, stages_per_rank: int, micro_batches: int
-                  ) -> tuple[tuple[sch.Action, ...], ...]:
+def library_lists(
+    library_name: str, ranks: int, stages_per_rank: int, micro_batches: int
+) -> tuple[tuple[sch.Action, ...], ...]:
     """Per rank, the actions the library's runtime runs in one step of its schedule
     ``library_name`` (``get_schedule_class``'s name), then the optimizer's STEP.
 
@@ -49,8 +58,14 @@ def library_lists(library_name: str, ranks: int, stages_per_rank: int, micro_bat
         with contextlib.redirect_stdout(io.StringIO()):
             # the runtime posts a receive early and waits for it at the compute that needs it: the
             # deferred placement puts it there, where this harness's replay blocks on it
-            ops = get_schedule_ops(library_name, ranks, micro_batches, num_stages_per_rank=stages_per_rank,
-                                   with_comms=True, defer_pp_recv=True)
+            ops = get_schedule_ops(
+                library_name,
+                ranks,
+                micro_batches,
+                num_stages_per_rank=stages_per_rank,
+                with_comms=True,
+                defer_pp_recv=True,
+            )
     except (ValueError, AssertionError, RuntimeError) as e:
         raise LibraryRefused(str(e).strip().splitlines()[0]) from None
     finally:

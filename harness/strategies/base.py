@@ -269,14 +269,19 @@ class Strategy(ABC):
 
     def checkpoint_state(self) -> dict:
         """What this rank needs to continue training exactly: its parameters and optimizer state."""
-        return {"layers": list(self.owned_layers()), "params": self.state_dict_for_check(),
-                "optimizer": self.optimizer.state_dict()}
+        return {
+            "layers": list(self.owned_layers()),
+            "params": self.state_dict_for_check(),
+            "optimizer": self.optimizer.state_dict(),
+        }
 
     def load_checkpoint_state(self, state: dict) -> None:
         if state["layers"] != list(self.owned_layers()):
-            raise ConfigError(f"the checkpoint holds layers {state['layers']} but this rank owns "
-                              f"{list(self.owned_layers())}; resume with the same strategy, world size and stage "
-                              "boundaries")
+            raise ConfigError(
+                f"the checkpoint holds layers {state['layers']} but this rank owns "
+                f"{list(self.owned_layers())}; resume with the same strategy, world size and stage "
+                "boundaries"
+            )
         params = named_parameters(self.layers, self.owned_layers())
         with torch.no_grad():
             for k, v in state["params"].items():

@@ -34,7 +34,8 @@ class DataParallel:
         # seed anyway, so this is a no-op kept for safety
         buckets = {} if bucket_mb is None else {"bucket_cap_mb": bucket_mb}
         self.ddp = DistributedDataParallel(
-            self.model, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None, **buckets)
+            self.model, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None, **buckets
+        )
         self.params = list(self.model.parameters())
         self.optimizer = make_optimizer(self.params, spec.train, spec.steps)
         self.share = replica_slice(spec.train.global_batch, ctx.world_size, ctx.rank)

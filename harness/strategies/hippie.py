@@ -73,8 +73,10 @@ class HippieStrategy(Strategy):
         st, replicas = spec.strategy, uniform_replicas(spec)
         ours = schedules.names(ours=True)
         if st.schedule not in ours:
-            raise ConfigError(f"strategy.schedule={st.schedule} is not one of {', '.join(ours)} (the synchronous "
-                              "schedules of our runtime)")
+            raise ConfigError(
+                f"strategy.schedule={st.schedule} is not one of {', '.join(ours)} (the synchronous "
+                "schedules of our runtime)"
+            )
         kind = schedules.get(st.schedule)
         check_stages_per_rank(spec, kind, ours)
         check_layout(spec, replicas, stages_per_rank=st.stages_per_rank)
@@ -88,14 +90,23 @@ class HippieStrategy(Strategy):
     def variant(cls, spec) -> str:
         st = spec.strategy
         parts = [f"recompute={st.recompute}"] if st.recompute not in ("none", None) else []
-        return ", ".join(parts + ([st.schedule] if st.schedule != "1f1b" else [])
-                         + ([f"v={st.stages_per_rank}"] if st.stages_per_rank > 1 else []))
+        return ", ".join(
+            parts
+            + ([st.schedule] if st.schedule != "1f1b" else [])
+            + ([f"v={st.stages_per_rank}"] if st.stages_per_rank > 1 else [])
+        )
 
     @classmethod
     def simulated(cls, spec, profile, cluster):
-        return simulated_pipeline(spec, profile, uniform_replicas(spec), spec.strategy.schedule,
-                                  hides_allreduce=True, recompute_rule=spec.strategy.recompute,
-                                  stages_per_rank=spec.strategy.stages_per_rank)
+        return simulated_pipeline(
+            spec,
+            profile,
+            uniform_replicas(spec),
+            spec.strategy.schedule,
+            hides_allreduce=True,
+            recompute_rule=spec.strategy.recompute,
+            stages_per_rank=spec.strategy.stages_per_rank,
+        )
 
     def _modules(self, mode: str) -> None:
         for build in self.builds:
@@ -104,8 +115,15 @@ class HippieStrategy(Strategy):
     def train_step(self, x, y):
         self._modules("train")
         run = self.executor.run(self.train_actions, x, y, training=True, posting=self.posting)
-        self.step_stats.append({"compute_s": run.compute_s, "comm_s": run.comm_s, "idle_s": run.idle_s,
-                                "events": run.events, "allreduce": run.allreduce})
+        self.step_stats.append(
+            {
+                "compute_s": run.compute_s,
+                "comm_s": run.comm_s,
+                "idle_s": run.idle_s,
+                "events": run.events,
+                "allreduce": run.allreduce,
+            }
+        )
         return run.loss
 
     @torch.no_grad()
@@ -121,10 +139,15 @@ class HippieStrategy(Strategy):
         # "stage" is the rank's position along the pipeline, as for torch pipelining's runs
         ranges = [list(b.layer_range) for b in self.builds]
         several = {"stages": [b.plan.stage for b in self.builds]} if len(self.builds) > 1 else {}
-        return {"stage": self.position, **several, "replica": self.builds[0].plan.replica,
-                "layers": ranges if several else ranges[0], "boundaries": self.partition.boundaries,
-                "recompute": sorted(i for b in self.builds for i in b.recompute),
-                "replicas": [self.topo.replicas_at(p) for p in range(self.topo.positions)]}
+        return {
+            "stage": self.position,
+            **several,
+            "replica": self.builds[0].plan.replica,
+            "layers": ranges if several else ranges[0],
+            "boundaries": self.partition.boundaries,
+            "recompute": sorted(i for b in self.builds for i in b.recompute),
+            "replicas": [self.topo.replicas_at(p) for p in range(self.topo.positions)],
+        }
 
     def recomputed_layers(self):
         share = 1 / self.topo.replicas_at(self.position)

@@ -82,8 +82,7 @@ def check_layout(spec, replicas: list[int], stages_per_rank: int = 1) -> None:
         raise ConfigError(f"strategy.replicas={replicas}: every stage needs at least one replica")
     if sum(replicas) != spec.world_size:
         raise ConfigError(
-            f"strategy.replicas={replicas} sums to {sum(replicas)} but world_size={spec.world_size}; "
-            f"make them match"
+            f"strategy.replicas={replicas} sums to {sum(replicas)} but world_size={spec.world_size}; make them match"
         )
     if st.boundaries is not None:
         check_boundaries(list(st.boundaries), n_layers, stages)
@@ -103,8 +102,10 @@ def check_stages_per_rank(spec, kind: Schedule, offered: list[str]) -> None:
     v = spec.strategy.stages_per_rank
     if kind.placement == "one" and v != 1:
         several = [s for s in offered if SCHEDULES[s].placement != "one"]
-        raise ConfigError(f"strategy.schedule={kind.name} runs one stage per rank; set strategy.stages_per_rank=1 "
-                          f"or use a schedule with several: {', '.join(several)}")
+        raise ConfigError(
+            f"strategy.schedule={kind.name} runs one stage per rank; set strategy.stages_per_rank=1 "
+            f"or use a schedule with several: {', '.join(several)}"
+        )
 
 
 def refuse_unrunnable(kind: Schedule, ranks: int, stages_per_rank: int, micro_batches: int) -> None:
@@ -114,12 +115,15 @@ def refuse_unrunnable(kind: Schedule, ranks: int, stages_per_rank: int, micro_ba
     try:
         lists = kind.check(ranks, stages_per_rank, micro_batches)
     except ScheduleError as e:
-        raise ConfigError(f"strategy.schedule={kind.name} cannot run train.micro_batches={micro_batches} on {ranks} "
-                          f"stage(s): {e}") from None
+        raise ConfigError(
+            f"strategy.schedule={kind.name} cannot run train.micro_batches={micro_batches} on {ranks} stage(s): {e}"
+        ) from None
     missing = StageExecutor.unsupported(lists)
     if missing:
-        raise ConfigError(f"strategy.schedule={kind.name} has actions {', '.join(missing)} that our runtime's executor "
-                          f"does not run (it runs {', '.join(StageExecutor.ACTIONS)})")
+        raise ConfigError(
+            f"strategy.schedule={kind.name} has actions {', '.join(missing)} that our runtime's executor "
+            f"does not run (it runs {', '.join(StageExecutor.ACTIONS)})"
+        )
 
 
 def resolve_recompute(rule, n_layers: int, layer_range: tuple[int, int], last_stage: bool) -> set[int]:
@@ -153,8 +157,9 @@ def resolve_recompute(rule, n_layers: int, layer_range: tuple[int, int], last_st
 
 def recompute_of_stages(rule, n_layers: int, ranges: list[tuple[int, int]]) -> frozenset[int]:
     """The rule applied to every stage (the last stage is the last range)."""
-    return frozenset(i for s, r in enumerate(ranges)
-                     for i in resolve_recompute(rule, n_layers, r, last_stage=s == len(ranges) - 1))
+    return frozenset(
+        i for s, r in enumerate(ranges) for i in resolve_recompute(rule, n_layers, r, last_stage=s == len(ranges) - 1)
+    )
 
 
 @dataclass(frozen=True)
@@ -198,8 +203,11 @@ def _shared_or_measured(spec, layers: list[nn.Module], device: torch.device, rep
     name = f"{spec.model.name}-{model}-{device.type}-micro{_micro_batch(spec, replicas)}-stages{len(replicas)}.json"
     path = os.path.join(spec.partition_dir, name)
     if not os.path.isfile(path):
-        measured = {"boundaries": _measured_boundaries(spec, layers, device, replicas),
-                    "measured_by": spec.strategy.name, "micro_batch": _micro_batch(spec, replicas)}
+        measured = {
+            "boundaries": _measured_boundaries(spec, layers, device, replicas),
+            "measured_by": spec.strategy.name,
+            "micro_batch": _micro_batch(spec, replicas),
+        }
         os.makedirs(spec.partition_dir, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=spec.partition_dir, prefix=".partition.")
         with os.fdopen(fd, "w") as f:
@@ -219,8 +227,10 @@ def _shared_or_measured(spec, layers: list[nn.Module], device: torch.device, rep
         with open(path) as f:
             return Partition(list(json.load(f)["boundaries"]), "shared")
     except (OSError, ValueError, KeyError, TypeError) as e:
-        raise ConfigError(f"the sweep's partition file {path} cannot be read ({type(e).__name__}: {e}); delete it "
-                          "and the sweep's next pipeline measures the cut again") from None
+        raise ConfigError(
+            f"the sweep's partition file {path} cannot be read ({type(e).__name__}: {e}); delete it "
+            "and the sweep's next pipeline measures the cut again"
+        ) from None
 
 
 def _measured_boundaries(spec, layers: list[nn.Module], device: torch.device, replicas: list[int]) -> list[int]:
@@ -228,8 +238,9 @@ def _measured_boundaries(spec, layers: list[nn.Module], device: torch.device, re
     size = spec.data.image_size
     sample = torch.randn(_micro_batch(spec, replicas), 3, size, size, device=device)
     with visiting(layers, device):  # timed in the run's precision
-        return balanced_boundaries(measure_layer_costs(with_precision(layers, spec.train.precision), sample),
-                                   len(replicas))
+        return balanced_boundaries(
+            measure_layer_costs(with_precision(layers, spec.train.precision), sample), len(replicas)
+        )
 
 
 def boundary_shapes(spec, ranges: list[tuple[int, int]]) -> tuple[tuple[int, ...], ...]:
@@ -239,9 +250,17 @@ def boundary_shapes(spec, ranges: list[tuple[int, int]]) -> tuple[tuple[int, ...
     return tuple(image if a == 0 else layer_shapes[a - 1] for a, _ in ranges) + (layer_shapes[-1],)
 
 
-def pipeline_layout(spec, layers: list[nn.Module], ctx: DistContext, comm: Comm, replicas: list[int],
-                    partition: Partition | None = None, recompute: set[int] | None = None,
-                    bucket_mb: float = 4.0, place: list[int] | None = None) -> tuple[PipelineLayout, Partition]:
+def pipeline_layout(
+    spec,
+    layers: list[nn.Module],
+    ctx: DistContext,
+    comm: Comm,
+    replicas: list[int],
+    partition: Partition | None = None,
+    recompute: set[int] | None = None,
+    bucket_mb: float = 4.0,
+    place: list[int] | None = None,
+) -> tuple[PipelineLayout, Partition]:
     """The runtime's layout for this spec, and its partition. ``replicas`` are per stage, and
     ``place`` the rank position of each where a rank holds several. ``partition`` and
     ``recompute`` (global layer indices) override the spec's rules when a planner has chosen
@@ -253,30 +272,53 @@ def pipeline_layout(spec, layers: list[nn.Module], ctx: DistContext, comm: Comm,
     ranges = stage_ranges(boundaries, n)
     if recompute is None:
         recompute = recompute_of_stages(getattr(spec.strategy, "recompute", "none"), n, ranges)
-    layout = PipelineLayout(replicas=tuple(replicas), boundaries=tuple(boundaries),
-                            micro_batches=spec.train.micro_batches, recompute=frozenset(recompute),
-                            boundary_shapes=boundary_shapes(spec, ranges), bucket_bytes=int(bucket_mb * 2**20),
-                            place=tuple(place) if place is not None else None)
+    layout = PipelineLayout(
+        replicas=tuple(replicas),
+        boundaries=tuple(boundaries),
+        micro_batches=spec.train.micro_batches,
+        recompute=frozenset(recompute),
+        boundary_shapes=boundary_shapes(spec, ranges),
+        bucket_bytes=int(bucket_mb * 2**20),
+        place=tuple(place) if place is not None else None,
+    )
     return layout, partition
 
 
-def simulated_pipeline(spec, profile: Profile, replicas: list[int], schedule: str, *, hides_allreduce: bool,
-                       recompute_rule="none", stashes_weights: bool = False,
-                       micro_batches: int | None = None, stages_per_rank: int = 1) -> SimLayout:
+def simulated_pipeline(
+    spec,
+    profile: Profile,
+    replicas: list[int],
+    schedule: str,
+    *,
+    hides_allreduce: bool,
+    recompute_rule="none",
+    stashes_weights: bool = False,
+    micro_batches: int | None = None,
+    stages_per_rank: int = 1,
+) -> SimLayout:
     """A pipeline strategy's layout for the simulator, cut by the same rule as a real run
     (given boundaries, else balanced on the profile's per-layer costs into ``stages_per_rank``
     stages per rank position)."""
     n = len(profile.layers)
     if n != num_layers(spec.model):
-        raise ConfigError(f"the profile has {n} layers but {spec.model.name} as configured has {num_layers(spec.model)}; "
-                          "profile this model as configured (pipebench profile with the same model.* keys)")
+        raise ConfigError(
+            f"the profile has {n} layers but {spec.model.name} as configured has {num_layers(spec.model)}; "
+            "profile this model as configured (pipebench profile with the same model.* keys)"
+        )
     boundaries = getattr(spec.strategy, "boundaries", None)
     if boundaries is None:
         costs = [l.forward_s + l.backward_s for l in profile.layers]
         stages = len(replicas) * stages_per_rank
         boundaries = balanced_boundaries(costs, stages) if stages > 1 else []
     ranges = stage_ranges(list(boundaries), n)
-    return SimLayout(strategy=spec.strategy.name, replicas=list(replicas), boundaries=list(boundaries),
-                     micro_batches=micro_batches or spec.train.micro_batches, schedule=schedule,
-                     recompute=set(recompute_of_stages(recompute_rule, n, ranges)),
-                     hides_allreduce=hides_allreduce, stashes_weights=stashes_weights, stages_per_rank=stages_per_rank)
+    return SimLayout(
+        strategy=spec.strategy.name,
+        replicas=list(replicas),
+        boundaries=list(boundaries),
+        micro_batches=micro_batches or spec.train.micro_batches,
+        schedule=schedule,
+        recompute=set(recompute_of_stages(recompute_rule, n, ranges)),
+        hides_allreduce=hides_allreduce,
+        stashes_weights=stashes_weights,
+        stages_per_rank=stages_per_rank,
+    )

@@ -47,10 +47,21 @@ class Pipeline:
         return self.plan.topo.num_stages - 1 - self.plan.stage
 
 
-def build_pipeline(spec, layers, ctx, comm, replicas: list[int], *, partition: Partition | None = None,
-                   recompute: set[int] | None = None, asynchronous: bool = False,
-                   lr_scale: Callable[[int], Callable[[int], float] | None] | None = None, steps_done: int = 0,
-                   optimizer_state: torch.optim.Optimizer | None = None, place: list[int] | None = None) -> Pipeline:
+def build_pipeline(
+    spec,
+    layers,
+    ctx,
+    comm,
+    replicas: list[int],
+    *,
+    partition: Partition | None = None,
+    recompute: set[int] | None = None,
+    asynchronous: bool = False,
+    lr_scale: Callable[[int], Callable[[int], float] | None] | None = None,
+    steps_done: int = 0,
+    optimizer_state: torch.optim.Optimizer | None = None,
+    place: list[int] | None = None,
+) -> Pipeline:
     """This rank's stages of a pipeline of ``replicas`` (per stage; collective: every rank calls it).
 
     ``place`` puts stage s on rank position ``place[s]`` where a rank holds several (a schedule's
@@ -59,8 +70,9 @@ def build_pipeline(spec, layers, ctx, comm, replicas: list[int], *, partition: P
     ``lr_scale(delay)`` gives the rate multiplier of a stage ``delay`` updates stale (None: none);
     ``steps_done`` and ``optimizer_state`` carry a data-parallel phase's schedule position and
     state over (Switch Parallelism)."""
-    layout, partition = pipeline_layout(spec, layers, ctx, comm, replicas, partition, recompute,
-                                        bucket_mb=spec.strategy.bucket_mb, place=place)
+    layout, partition = pipeline_layout(
+        spec, layers, ctx, comm, replicas, partition, recompute, bucket_mb=spec.strategy.bucket_mb, place=place
+    )
     builds = build_stages(layout, with_precision(layers, spec.train.precision), ctx, comm)
     plan, group = builds[0].plan, builds[0].replica_group
     params = [p for build in builds for p in build.module.parameters()]
@@ -85,11 +97,19 @@ def build_pipeline(spec, layers, ctx, comm, replicas: list[int], *, partition: P
     if spec.train.grad_clip_norm:
         # a synchronous pipeline clips the whole model's norm, as one process would (each rank's
         # squared norm weighted by 1 / its stage's replicas); an asynchronous one each stage's own
-        clip = (Clip(spec.train.grad_clip_norm, whole_model=False) if asynchronous else
-                Clip(spec.train.grad_clip_norm, whole_model=True, weight=1 / plan.topo.replicas[plan.stage]))
-    executor = StageExecutor(stages, comm, optimizer, dtype=PRECISIONS[spec.train.precision],
-                             label_smoothing=spec.train.label_smoothing,
-                             stash_weights=asynchronous and delay > 0,
-                             predict_weights=asynchronous and bool(getattr(spec.strategy, "weight_prediction", False)),
-                             clip=clip)
+        clip = (
+            Clip(spec.train.grad_clip_norm, whole_model=False)
+            if asynchronous
+            else Clip(spec.train.grad_clip_norm, whole_model=True, weight=1 / plan.topo.replicas[plan.stage])
+        )
+    executor = StageExecutor(
+        stages,
+        comm,
+        optimizer,
+        dtype=PRECISIONS[spec.train.precision],
+        label_smoothing=spec.train.label_smoothing,
+        stash_weights=asynchronous and delay > 0,
+        predict_weights=asynchronous and bool(getattr(spec.strategy, "weight_prediction", False)),
+        clip=clip,
+    )
     return Pipeline(layout, partition, builds, params, optimizer, executor)

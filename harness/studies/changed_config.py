@@ -33,8 +33,7 @@ from harness.studies.driver import measured_on, read_record, run_command
 
 # per model: the micro-batch size of its profile, its cut into 2 stages, other cuts, 4 stages
 # on 2 ranks (the multi-stage schedules)
-_MODELS = {"vit_micro": (16, "[3]", ("[2]", "[4]"), "[2,3,4]"),
-           "vit_tiny": (8, "[7]", ("[5]",), "[4,7,10]")}
+_MODELS = {"vit_micro": (16, "[3]", ("[2]", "[4]"), "[2,3,4]"), "vit_tiny": (8, "[7]", ("[5]",), "[4,7,10]")}
 COMMON = ["train.warmup_steps=5", "logger.mode=disabled"]
 DRAWS = 200
 TARGET_MAE, TARGET_EACH, TARGET_SIGNED, RANK_GAP = 0.07, 0.15, 0.03, 0.10
@@ -68,11 +67,19 @@ def configs(models: tuple[str, ...] = tuple(_MODELS)) -> list[Config]:
     for model in models:
         b, cut, other_cuts, four = _MODELS[model]
 
-        def add(name: str, *overrides: str, m: int = 4, profiled: bool = False, batch: int | None = None,
-                workers: int = 2):
+        def add(
+            name: str, *overrides: str, m: int = 4, profiled: bool = False, batch: int | None = None, workers: int = 2
+        ):
             micro = [f"train.micro_batches={m}"] if m else []
-            out.append(Config(model, name, (f"model={model}", f"train.global_batch={batch or b * (m or 1)}",
-                                            *overrides, *micro), profiled, workers))
+            out.append(
+                Config(
+                    model,
+                    name,
+                    (f"model={model}", f"train.global_batch={batch or b * (m or 1)}", *overrides, *micro),
+                    profiled,
+                    workers,
+                )
+            )
 
         hippie = ("strategy=hippie", "strategy.recompute=none")
         add("hippie 1f1b m=4 (profiled)", *hippie, f"strategy.boundaries={cut}", profiled=True)
@@ -85,23 +92,41 @@ def configs(models: tuple[str, ...] = tuple(_MODELS)) -> list[Config]:
         add("hippie recompute=auto", "strategy=hippie", "strategy.recompute=auto", f"strategy.boundaries={cut}")
         add("pipelining 1f1b", "strategy=pipelining", f"strategy.boundaries={cut}")
         for schedule in ("interleaved_1f1b", "zbv"):
-            add(f"pipelining {schedule}", "strategy=pipelining", f"strategy.schedule={schedule}",
-                f"strategy.boundaries={four}")
+            add(
+                f"pipelining {schedule}",
+                "strategy=pipelining",
+                f"strategy.schedule={schedule}",
+                f"strategy.boundaries={four}",
+            )
         add("deepspeed 1f1b", "strategy=deepspeed", f"strategy.boundaries={cut}")
         # the strategies without micro-batches compute the profile's size at a time: DP's 2 workers
         # each half the batch, AshPipe's stages the whole minibatch (one replica each) or half of
         # it (one stage of two replicas)
         add(f"dp B={2 * b}", "strategy=dp", m=0, batch=2 * b)
-        add(f"ashpipe replicas=[1,1] B={b}", "strategy=ashpipe", "strategy.replicas=[1,1]",
-            f"strategy.boundaries={cut}", m=0, batch=b)
+        add(
+            f"ashpipe replicas=[1,1] B={b}",
+            "strategy=ashpipe",
+            "strategy.replicas=[1,1]",
+            f"strategy.boundaries={cut}",
+            m=0,
+            batch=b,
+        )
         add(f"ashpipe replicas=[2] B={2 * b}", "strategy=ashpipe", "strategy.replicas=[2]", m=0, batch=2 * b)
         # 4 workers on 2 cores, at the profile's size per worker: more replicas, more stages
         add(f"w=4 dp B={4 * b}", "strategy=dp", m=0, batch=4 * b, workers=4)
-        add(f"w=4 hippie 2 stages x 2 replicas B={8 * b}", *hippie, f"strategy.boundaries={cut}", batch=8 * b,
-            workers=4)
+        add(
+            f"w=4 hippie 2 stages x 2 replicas B={8 * b}", *hippie, f"strategy.boundaries={cut}", batch=8 * b, workers=4
+        )
         add("w=4 hippie 4 stages", *hippie, "strategy.stages=4", f"strategy.boundaries={four}", workers=4)
-        add(f"w=4 ashpipe replicas=[2,2] B={2 * b}", "strategy=ashpipe", "strategy.replicas=[2,2]",
-            f"strategy.boundaries={cut}", m=0, batch=2 * b, workers=4)
+        add(
+            f"w=4 ashpipe replicas=[2,2] B={2 * b}",
+            "strategy=ashpipe",
+            "strategy.replicas=[2,2]",
+            f"strategy.boundaries={cut}",
+            m=0,
+            batch=2 * b,
+            workers=4,
+        )
     return out
 
 
@@ -151,8 +176,14 @@ def _anchor(out: str, model: str, i: int) -> str:
     return os.path.abspath(os.path.join(out, "measured", f"{model}_profiled_{i}"))
 
 
-def run_repeat(out: str, matrix: list[Config], steps: int, cwd: str = ".", log=print,
-               cli: Callable[[list[str], str, str | None], None] = _cli) -> None:
+def run_repeat(
+    out: str,
+    matrix: list[Config],
+    steps: int,
+    cwd: str = ".",
+    log=print,
+    cli: Callable[[list[str], str, str | None], None] = _cli,
+) -> None:
     """One repeat into ``out``: each model profiled once (its runtimes' overheads added), then its
     profiled configuration run before the first and after every changed configuration, each run
     predicted from that one profile. A run or prediction already under ``out`` is kept (an
@@ -176,21 +207,27 @@ def run_repeat(out: str, matrix: list[Config], steps: int, cwd: str = ".", log=p
             log(f"  profiling {model} under {base.name} ...")
             cli(["profile", *base.args, *common, f"sim.out={profile}.part"], cwd)
             for overrides in runtimes([base, *changed], model):
-                log(f"  adding the runtime overhead of {' '.join(o for o in overrides if o.startswith('strategy'))} ...")
+                log(
+                    f"  adding the runtime overhead of {' '.join(o for o in overrides if o.startswith('strategy'))} ..."
+                )
                 cli(["profile", *overrides, *common, f"sim.profile={profile}.part"], cwd)
             os.replace(f"{profile}.part", profile)
         for c in (base, *changed):
-            attempt(["simulate", *c.args, *common, f"sim.profile={profile}", "cluster=local_cpu",
-                     f"sim.draws={DRAWS}"], os.path.abspath(os.path.join(out, "simulated", c.folder)))
+            attempt(
+                ["simulate", *c.args, *common, f"sim.profile={profile}", "cluster=local_cpu", f"sim.draws={DRAWS}"],
+                os.path.abspath(os.path.join(out, "simulated", c.folder)),
+            )
         attempt(["run", *base.args, *common], _anchor(out, model, 0))
         for i, c in enumerate(changed, 1):
             attempt(["run", *c.args, *common], os.path.abspath(os.path.join(out, "measured", c.folder)))
             attempt(["run", *base.args, *common], _anchor(out, model, i))
         for row in _rows(out, model, changed):
-            log(f"  {row['configuration']}: {row['measured']:.1f} samples/s measured, {row['predicted']:.1f} predicted "
-                f"({row['error']:+.1%}" + (f", beside the profiled runs {row['relative error']:+.1%}"
-                                           if row["table"] != "replay" else "")
-                + f"), 80% interval {row['p10']:.1f}-{row['p90']:.1f}")
+            log(
+                f"  {row['configuration']}: {row['measured']:.1f} samples/s measured, {row['predicted']:.1f} predicted "
+                f"({row['error']:+.1%}"
+                + (f", beside the profiled runs {row['relative error']:+.1%}" if row["table"] != "replay" else "")
+                + f"), 80% interval {row['p10']:.1f}-{row['p90']:.1f}"
+            )
 
 
 def _done(run_dir: str) -> bool:
@@ -217,16 +254,27 @@ def _rows(out: str, model: str, changed: list[Config]) -> list[dict]:
     base_sim = os.path.join(out, "simulated", base.folder)
     if not _done(base_sim):
         return []
-    anchors = {i: _record(_anchor(out, model, i))["throughput"] for i in range(len(changed) + 1)
-               if _done(_anchor(out, model, i))}
+    anchors = {
+        i: _record(_anchor(out, model, i))["throughput"]
+        for i in range(len(changed) + 1)
+        if _done(_anchor(out, model, i))
+    }
     base_pred = _record(base_sim)
 
     def row(c: Config, measured: float, sim: dict) -> dict:
         p = sim["throughput"]
-        return {"configuration": c.label, "model": c.model, "table": "changed" if c is not base else "replay",
-                "measured": measured, "predicted": p, "error": p / measured - 1, "p10": sim["predicted_p10"],
-                "median": sim["predicted_median"], "p90": sim["predicted_p90"],
-                "inside": bool(sim["predicted_p10"] <= measured <= sim["predicted_p90"])}
+        return {
+            "configuration": c.label,
+            "model": c.model,
+            "table": "changed" if c is not base else "replay",
+            "measured": measured,
+            "predicted": p,
+            "error": p / measured - 1,
+            "p10": sim["predicted_p10"],
+            "median": sim["predicted_median"],
+            "p90": sim["predicted_p90"],
+            "inside": bool(sim["predicted_p10"] <= measured <= sim["predicted_p90"]),
+        }
 
     rows = [row(base, m, base_pred) for m in anchors.values()]
     for i, c in enumerate(changed, 1):
@@ -260,13 +308,30 @@ def summarise(each: pd.DataFrame) -> pd.DataFrame:
     """Per configuration over its runs: measured and predicted means, the error of the means, the
     mean error beside the profiled runs, the median of the drawn runs and how many runs fell
     inside their prediction's 80% interval."""
-    each = each.assign(**{k: each.get(k, 1.0 if "ratio" in k else float("nan"))
-                          for k in ("relative error", "measured ratio", "predicted ratio")})
-    table = each.groupby("configuration", sort=False).agg(
-        table=("table", "first"), model=("model", "first"), runs=("measured", "size"), measured=("measured", "mean"),
-        measured_min=("measured", "min"), measured_max=("measured", "max"), predicted=("predicted", "mean"),
-        relative=("relative error", "mean"), measured_ratio=("measured ratio", "mean"),
-        predicted_ratio=("predicted ratio", "mean"), drawn_median=("median", "mean"), inside=("inside", "sum")).reset_index()
+    each = each.assign(
+        **{
+            k: each.get(k, 1.0 if "ratio" in k else float("nan"))
+            for k in ("relative error", "measured ratio", "predicted ratio")
+        }
+    )
+    table = (
+        each.groupby("configuration", sort=False)
+        .agg(
+            table=("table", "first"),
+            model=("model", "first"),
+            runs=("measured", "size"),
+            measured=("measured", "mean"),
+            measured_min=("measured", "min"),
+            measured_max=("measured", "max"),
+            predicted=("predicted", "mean"),
+            relative=("relative error", "mean"),
+            measured_ratio=("measured ratio", "mean"),
+            predicted_ratio=("predicted ratio", "mean"),
+            drawn_median=("median", "mean"),
+            inside=("inside", "sum"),
+        )
+        .reset_index()
+    )
     table["error"] = table["predicted"] / table["measured"] - 1
     return table
 
@@ -278,18 +343,29 @@ def verdict(table: pd.DataFrame, each: pd.DataFrame) -> dict:
     the profiled runs; the coverage of the 80% intervals over every run (target 70-90%); the
     replay table's errors. Runs of more workers than cores (their records: not comparable) are
     given apart and judged by none of the targets."""
+
     def figures(errors: pd.Series) -> dict:
-        return {"configurations": len(errors), "mean absolute error": float(errors.abs().mean()),
-                "mean signed error": float(errors.mean()), "within 15%": int((errors.abs() <= TARGET_EACH).sum()),
-                "largest": float(errors.iloc[errors.abs().argmax()])}
+        return {
+            "configurations": len(errors),
+            "mean absolute error": float(errors.abs().mean()),
+            "mean signed error": float(errors.mean()),
+            "within 15%": int((errors.abs() <= TARGET_EACH).sum()),
+            "largest": float(errors.iloc[errors.abs().argmax()]),
+        }
 
     def met(r: dict) -> bool:
-        return (r["mean absolute error"] <= TARGET_MAE and r["within 15%"] == r["configurations"]
-                and abs(r["mean signed error"]) <= TARGET_SIGNED)
+        return (
+            r["mean absolute error"] <= TARGET_MAE
+            and r["within 15%"] == r["configurations"]
+            and abs(r["mean signed error"]) <= TARGET_SIGNED
+        )
 
     changed = table[table["table"] == "changed"]
-    out = {"replay": figures(table[table["table"] == "replay"]["error"]), "changed": figures(changed["error"]),
-           "changed beside the profiled runs": figures(changed["relative"])}
+    out = {
+        "replay": figures(table[table["table"] == "replay"]["error"]),
+        "changed": figures(changed["error"]),
+        "changed beside the profiled runs": figures(changed["relative"]),
+    }
     crowded = table[table["table"] == MORE_WORKERS]
     if len(crowded):
         out[MORE_WORKERS] = figures(crowded["error"])
@@ -309,12 +385,18 @@ def verdict(table: pd.DataFrame, each: pd.DataFrame) -> dict:
     coverage = float(each[each["table"] != MORE_WORKERS]["inside"].mean())
     # the ranking on the means, and on each configuration's throughput over the profiled runs beside it
     ranking, ranking_beside = swapped("measured", "predicted"), swapped("measured_ratio", "predicted_ratio")
-    out.update({"ranking swapped": ranking, "ranking swapped beside the profiled runs": ranking_beside,
-                "runs": len(each), "coverage of 80% intervals": coverage,
-                "changed targets met": met(out["changed"]) and not ranking,
-                "changed targets met beside the profiled runs": met(out["changed beside the profiled runs"])
-                and not ranking_beside,
-                "coverage target met": COVERAGE[0] <= coverage <= COVERAGE[1]})
+    out.update(
+        {
+            "ranking swapped": ranking,
+            "ranking swapped beside the profiled runs": ranking_beside,
+            "runs": len(each),
+            "coverage of 80% intervals": coverage,
+            "changed targets met": met(out["changed"]) and not ranking,
+            "changed targets met beside the profiled runs": met(out["changed beside the profiled runs"])
+            and not ranking_beside,
+            "coverage target met": COVERAGE[0] <= coverage <= COVERAGE[1],
+        }
+    )
     return out
 
 
@@ -334,50 +416,77 @@ def write(out: str) -> str:
 
     def line(name: str) -> str:
         r = result[name]
-        return (f"{name}: {r['configurations']} configurations, mean absolute error {r['mean absolute error']:.1%}, "
-                f"mean signed {r['mean signed error']:+.1%}, {r['within 15%']} within 15%, largest {r['largest']:+.1%}")
+        return (
+            f"{name}: {r['configurations']} configurations, mean absolute error {r['mean absolute error']:.1%}, "
+            f"mean signed {r['mean signed error']:+.1%}, {r['within 15%']} within 15%, largest {r['largest']:+.1%}"
+        )
 
     def met(flag: bool) -> str:
         return "met" if flag else "not met"
 
     def pairs(swapped: list[str]) -> str:
-        return f"{len(swapped)} ({'; '.join(swapped)})" if 0 < len(swapped) <= 4 else \
-            f"{len(swapped)}{' (changed.json lists them)' if swapped else ''}"
+        return (
+            f"{len(swapped)} ({'; '.join(swapped)})"
+            if 0 < len(swapped) <= 4
+            else f"{len(swapped)}{' (changed.json lists them)' if swapped else ''}"
+        )
 
-    head = (f"Measured {today} on this machine: {result['runs']} runs in {repeats} repeat(s), each model profiled "
-            f"once per repeat, its profiled configuration run before the first and after every other one.\n\n"
-            f"- {line('replay')}\n- {line('changed')} (targets: mean absolute 7%, each 15%, signed ±3%, ranking; "
-            f"{met(result['changed targets met'])})\n- {line('changed beside the profiled runs')} "
-            f"({met(result['changed targets met beside the profiled runs'])})\n- pairs of one model ranked the "
-            f"other way round (measured more than 10% apart): {pairs(result['ranking swapped'])} on the means; "
-            f"{pairs(result['ranking swapped beside the profiled runs'])} beside the profiled runs\n- runs inside their "
-            f"prediction's 80% interval: {result['coverage of 80% intervals']:.0%} (target 70-90%; "
-            f"{met(result['coverage target met'])})")
+    head = (
+        f"Measured {today} on this machine: {result['runs']} runs in {repeats} repeat(s), each model profiled "
+        f"once per repeat, its profiled configuration run before the first and after every other one.\n\n"
+        f"- {line('replay')}\n- {line('changed')} (targets: mean absolute 7%, each 15%, signed ±3%, ranking; "
+        f"{met(result['changed targets met'])})\n- {line('changed beside the profiled runs')} "
+        f"({met(result['changed targets met beside the profiled runs'])})\n- pairs of one model ranked the "
+        f"other way round (measured more than 10% apart): {pairs(result['ranking swapped'])} on the means; "
+        f"{pairs(result['ranking swapped beside the profiled runs'])} beside the profiled runs\n- runs inside their "
+        f"prediction's 80% interval: {result['coverage of 80% intervals']:.0%} (target 70-90%; "
+        f"{met(result['coverage target met'])})"
+    )
     if MORE_WORKERS in result:
-        head += (f"\n- {line(MORE_WORKERS)}; beside the profiled runs "
-                 f"{result[MORE_WORKERS + ' beside the profiled runs']['mean signed error']:+.1%} mean signed "
-                 "(4 workers on 2 cores: their records say not comparable; no target)")
-    shown = table.assign(**{"measured min-max": [f"{a:.0f}-{b:.0f}" for a, b in zip(table.measured_min, table.measured_max)],
-                            "error of means": table["error"].map("{:+.1%}".format),
-                            "beside the profiled runs": table["relative"].map(lambda e: "" if pd.isna(e) else f"{e:+.1%}"),
-                            "inside 80%": [f"{i}/{n}" for i, n in zip(table.inside, table.runs)]})
-    columns = {"configuration": "configuration", "runs": "runs", "measured": "measured samples/s",
-               "measured min-max": "measured min-max", "predicted": "predicted (medians)",
-               "error of means": "error of means", "beside the profiled runs": "beside the profiled runs",
-               "drawn_median": "drawn median", "inside 80%": "inside 80%"}
+        head += (
+            f"\n- {line(MORE_WORKERS)}; beside the profiled runs "
+            f"{result[MORE_WORKERS + ' beside the profiled runs']['mean signed error']:+.1%} mean signed "
+            "(4 workers on 2 cores: their records say not comparable; no target)"
+        )
+    shown = table.assign(
+        **{
+            "measured min-max": [f"{a:.0f}-{b:.0f}" for a, b in zip(table.measured_min, table.measured_max)],
+            "error of means": table["error"].map("{:+.1%}".format),
+            "beside the profiled runs": table["relative"].map(lambda e: "" if pd.isna(e) else f"{e:+.1%}"),
+            "inside 80%": [f"{i}/{n}" for i, n in zip(table.inside, table.runs)],
+        }
+    )
+    columns = {
+        "configuration": "configuration",
+        "runs": "runs",
+        "measured": "measured samples/s",
+        "measured min-max": "measured min-max",
+        "predicted": "predicted (medians)",
+        "error of means": "error of means",
+        "beside the profiled runs": "beside the profiled runs",
+        "drawn_median": "drawn median",
+        "inside 80%": "inside 80%",
+    }
     parts = [head]
-    for name, title in (("replay", "Replay (the profiled configurations, every run of them)"),
-                        ("changed", "Changed (configurations not profiled)"),
-                        (MORE_WORKERS, "More workers than cores (not profiled; records say not comparable)")):
+    for name, title in (
+        ("replay", "Replay (the profiled configurations, every run of them)"),
+        ("changed", "Changed (configurations not profiled)"),
+        (MORE_WORKERS, "More workers than cores (not profiled; records say not comparable)"),
+    ):
         keep = [k for k in columns if name != "replay" or k != "beside the profiled runs"]
         part = shown[shown["table"] == name][keep].rename(columns=columns)
         if part.empty:
             continue
         parts.append(f"{title}:\n\n{part.to_markdown(index=False, floatfmt='.1f')}")
-    runs = each.assign(error=each["error"].map("{:+.1%}".format),
-                       interval=[f"{a:.1f}-{b:.1f}" for a, b in zip(each.p10, each.p90)])
-    parts.append("Each run:\n\n" + runs[["repeat", "configuration", "measured", "predicted", "error", "interval",
-                                          "inside"]].to_markdown(index=False, floatfmt=".1f"))
+    runs = each.assign(
+        error=each["error"].map("{:+.1%}".format), interval=[f"{a:.1f}-{b:.1f}" for a, b in zip(each.p10, each.p90)]
+    )
+    parts.append(
+        "Each run:\n\n"
+        + runs[["repeat", "configuration", "measured", "predicted", "error", "interval", "inside"]].to_markdown(
+            index=False, floatfmt=".1f"
+        )
+    )
     text = "\n\n".join(parts)
     with open(os.path.join(out, "changed.md"), "w") as f:
         f.write(text + "\n")

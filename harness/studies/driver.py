@@ -97,8 +97,14 @@ def _interrupt(proc: subprocess.Popen, how: Interruption, workers: list[psutil.P
         server.send_signal(how.signum)
 
 
-def run_command(args: list[str], run_dir: str | None = None, deadline_s: float = 900, cwd: str = ".",
-                env: dict | None = None, interruption: Interruption | None = None) -> Outcome:
+def run_command(
+    args: list[str],
+    run_dir: str | None = None,
+    deadline_s: float = 900,
+    cwd: str = ".",
+    env: dict | None = None,
+    interruption: Interruption | None = None,
+) -> Outcome:
     """``python -m harness args`` (``hydra.run.dir=run_dir`` added where given), watched until it ends
     or its deadline passes (a hang: every process of the job is killed), its record read from
     ``run_dir``; ``interruption``: a signal sent to it once its workers run. Any process of the job
@@ -106,9 +112,15 @@ def run_command(args: list[str], run_dir: str | None = None, deadline_s: float =
     cmd = [sys.executable, "-m", "harness", *args] + ([f"hydra.run.dir={run_dir}"] if run_dir else [])
     mark = uuid.uuid4().hex
     started = time.time()
-    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "WANDB_SILENT": "true", **(env or {}), MARK: mark},
-                            start_new_session=interruption is not None and interruption.target == "group")
+    proc = subprocess.Popen(
+        cmd,
+        cwd=cwd,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "WANDB_SILENT": "true", **(env or {}), MARK: mark},
+        start_new_session=interruption is not None and interruption.target == "group",
+    )
     command = psutil.Process(proc.pid)
     hung, workers_seen = False, None
     stderr: list[str] = []  # read as it comes: a full pipe would stall the command
@@ -141,8 +153,9 @@ def run_command(args: list[str], run_dir: str | None = None, deadline_s: float =
     stderr_lines = "".join(stderr).strip().splitlines()
     seconds = round(time.time() - started, 1)
     if hung:
-        return Outcome("hang", seconds, None, None, f"still running after {deadline_s:.0f} s", len(left), started,
-                       stderr_lines)
+        return Outcome(
+            "hang", seconds, None, None, f"still running after {deadline_s:.0f} s", len(left), started, stderr_lines
+        )
     record, error = read_record(run_dir) if run_dir else (None, None)
     recorded_ok = run_dir is None or (record or {}).get("status") == "ok"  # a command that records must say ok
     if proc.returncode == 0 and recorded_ok:
@@ -174,8 +187,12 @@ def measured_on(*folders: str) -> str:
     return max(days, default=time.strftime("%Y-%m-%d"))
 
 
-def interleaved(configs: dict[str, T], repeats: int, run_one: Callable[[str, T, int], Outcome],
-                shown: Callable[[Outcome], str] | None = None) -> dict[str, list[Outcome]]:
+def interleaved(
+    configs: dict[str, T],
+    repeats: int,
+    run_one: Callable[[str, T, int], Outcome],
+    shown: Callable[[Outcome], str] | None = None,
+) -> dict[str, list[Outcome]]:
     """Every configuration once per round, ``repeats`` rounds; prints one line per run."""
     results: dict[str, list[Outcome]] = {name: [] for name in configs}
     total, done = repeats * len(configs), 0
@@ -184,8 +201,11 @@ def interleaved(configs: dict[str, T], repeats: int, run_one: Callable[[str, T, 
             outcome = run_one(name, config, r)
             results[name].append(outcome)
             done += 1
-            text = shown(outcome) if shown and outcome.status == "ok" else outcome.status + (
-                f" ({outcome.error})" if outcome.error else "")
+            text = (
+                shown(outcome)
+                if shown and outcome.status == "ok"
+                else outcome.status + (f" ({outcome.error})" if outcome.error else "")
+            )
             print(f"[{done}/{total}] {name} repeat {r}: {text} in {outcome.seconds:.0f} s", flush=True)
     return results
 

@@ -15,27 +15,53 @@ from tests.helpers.cli import make_spec
 from tests.helpers.distributed import assert_matches_reference, merged_rank_states, spawn
 
 STEPS = 5
-COMMON = ["strategy=ashpipe", "train.global_batch=12", "train.micro_batches=1", "train.optimizer=sgd",
-          "train.lr=0.2", "train.momentum=0.9", "data.train_size=96", "data.test_size=32", f"train.steps={STEPS}"]
+COMMON = [
+    "strategy=ashpipe",
+    "train.global_batch=12",
+    "train.micro_batches=1",
+    "train.optimizer=sgd",
+    "train.lr=0.2",
+    "train.momentum=0.9",
+    "data.train_size=96",
+    "data.test_size=32",
+    f"train.steps={STEPS}",
+]
 
 # a training recipe: warm-up and cosine schedule, Nesterov, label smoothing, clipping that bites
-RECIPE = ["train.nesterov=true", "train.lr_schedule=cosine", "train.lr_warmup_steps=2", "train.label_smoothing=0.1",
-          "train.grad_clip_norm=0.05"]
+RECIPE = [
+    "train.nesterov=true",
+    "train.lr_schedule=cosine",
+    "train.lr_warmup_steps=2",
+    "train.label_smoothing=0.1",
+    "train.grad_clip_norm=0.05",
+]
 ADAMW = ["train.optimizer=adamw", "train.lr=0.01", "train.weight_decay=0.05", "model.qkv_bias=false"]
 PREDICT = ["strategy.weight_prediction=true"]
 LR_CORRECTION = ["strategy.lr_correction=true", "strategy.lr_correction_steps=3"]
 # world size -> (replicas, boundaries, extra overrides)
 GRID = {
-    2: [([2], None, []), ([1, 1], [3], []), ([1, 1], [2], ["strategy.switch_step=2"]),
+    2: [
+        ([2], None, []),
+        ([1, 1], [3], []),
+        ([1, 1], [2], ["strategy.switch_step=2"]),
         ([1, 1], [3], ["strategy.switch_step=4", "train.momentum=0.5"]),
-        ([1, 1], [3], ["strategy.switch_step=3", *RECIPE]), ([1, 1], [3], ["strategy.switch_fraction=0.4"]),
+        ([1, 1], [3], ["strategy.switch_step=3", *RECIPE]),
+        ([1, 1], [3], ["strategy.switch_fraction=0.4"]),
         ([1, 1], [3], ["strategy.switch_plateau=0.1", "strategy.switch_window=1"]),
-        ([1, 1], [3], PREDICT), ([1, 1], [2], [*PREDICT, *ADAMW]),
-        ([1, 1], [3], [*PREDICT, *ADAMW, "strategy.switch_step=2", "train.lr_schedule=cosine"])],
-    3: [([2, 1], [3], []), ([1, 2], [2], []), ([1, 1, 1], [2, 4], ["strategy.recompute=all"]),
-        ([2, 1], [3], ["strategy.switch_step=3"]), ([1, 2], [2], RECIPE),
-        ([1, 1, 1], [2, 4], LR_CORRECTION), ([1, 1, 1], [2, 4], [*LR_CORRECTION, *PREDICT, "strategy.switch_step=1"]),
-        ([2, 1], [3], [*PREDICT, *ADAMW, *LR_CORRECTION[:1]])],
+        ([1, 1], [3], PREDICT),
+        ([1, 1], [2], [*PREDICT, *ADAMW]),
+        ([1, 1], [3], [*PREDICT, *ADAMW, "strategy.switch_step=2", "train.lr_schedule=cosine"]),
+    ],
+    3: [
+        ([2, 1], [3], []),
+        ([1, 2], [2], []),
+        ([1, 1, 1], [2, 4], ["strategy.recompute=all"]),
+        ([2, 1], [3], ["strategy.switch_step=3"]),
+        ([1, 2], [2], RECIPE),
+        ([1, 1, 1], [2, 4], LR_CORRECTION),
+        ([1, 1, 1], [2, 4], [*LR_CORRECTION, *PREDICT, "strategy.switch_step=1"]),
+        ([2, 1], [3], [*PREDICT, *ADAMW, *LR_CORRECTION[:1]]),
+    ],
     4: [([2, 1, 1], [2, 4], [])],
     # uneven shares on both sides and partial many-to-many overlaps: a global batch of 13 splits
     # 7/6 over stage 0's replicas and 5/4/4 over stage 1's, so every stage-0 replica sends to
@@ -92,8 +118,12 @@ def test_ashpipe_matches_its_sequential_model(world, tmp_path):
         # sends of its last two calls (before, every send of the run, each with its tensor)
         for r in range(world):
             counts = json.load(open(os.path.join(tmp_path, str(i), f"sends{r}.json")))  # (started, held)
-            assert all(held <= started - counts[k - 2][0] for k, (started, held) in enumerate(counts) if k >= 2), \
-                (replicas, extra, r, counts)
+            assert all(held <= started - counts[k - 2][0] for k, (started, held) in enumerate(counts) if k >= 2), (
+                replicas,
+                extra,
+                r,
+                counts,
+            )
         reference = ashpipe_reference(spec, _batches(spec), boundaries or [], switch_at=switch)
         try:
             assert_matches_reference(merged, reference, atol=5e-5, rtol=5e-4)
@@ -131,7 +161,7 @@ def test_the_async_reference_is_not_synchronous_training():
 def test_each_mitigation_changes_the_reference(mitigation):
     """The mitigations' comparisons above would be vacuous if the reference ignored them (a
     three-stage pipeline: its first stage is two updates stale, so PipeMare's correction bites)."""
-    extra = mitigation[len(PREDICT):] if mitigation[0] == PREDICT[0] else []
+    extra = mitigation[len(PREDICT) :] if mitigation[0] == PREDICT[0] else []
     plain, mitigated = _spec(3, [1, 1, 1], [2, 4], extra), _spec(3, [1, 1, 1], [2, 4], mitigation)
     a, b = (ashpipe_reference(spec, _batches(spec), [2, 4]) for spec in (plain, mitigated))
     assert any(not torch.allclose(a[k], b[k], atol=1e-4) for k in a)

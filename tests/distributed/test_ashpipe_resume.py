@@ -12,19 +12,47 @@ from tests.helpers.cli import make_spec
 from tests.helpers.distributed import spawn
 
 STEPS, EVERY = 6, 2
-COMMON = ["strategy=ashpipe", "train.optimizer=sgd", "train.lr=0.2", "train.momentum=0.9", "data.train_size=96",
-          "data.test_size=16", "train.eval_samples=16", "train.measure_memory=false", "train.warmup_steps=0",
-          "logger.mode=disabled", f"train.steps={STEPS}", "train.global_batch=13"]
+COMMON = [
+    "strategy=ashpipe",
+    "train.optimizer=sgd",
+    "train.lr=0.2",
+    "train.momentum=0.9",
+    "data.train_size=96",
+    "data.test_size=16",
+    "train.eval_samples=16",
+    "train.measure_memory=false",
+    "train.warmup_steps=0",
+    "logger.mode=disabled",
+    f"train.steps={STEPS}",
+    "train.global_batch=13",
+]
 # name -> (world size, overrides, the checkpoint step the interrupted run stops at)
 CASES = {
     "2 stages": (2, ["strategy.replicas=[1,1]", "strategy.boundaries=[3]"], 4),
-    "switch, resumed before it": (2, ["strategy.replicas=[1,1]", "strategy.boundaries=[3]", "strategy.switch_step=3"], 2),
-    "switch, resumed after it": (2, ["strategy.replicas=[1,1]", "strategy.boundaries=[3]", "strategy.switch_step=3"], 4),
+    "switch, resumed before it": (
+        2,
+        ["strategy.replicas=[1,1]", "strategy.boundaries=[3]", "strategy.switch_step=3"],
+        2,
+    ),
+    "switch, resumed after it": (
+        2,
+        ["strategy.replicas=[1,1]", "strategy.boundaries=[3]", "strategy.switch_step=3"],
+        4,
+    ),
     "3 stages, non-uniform": (4, ["strategy.replicas=[2,1,1]", "strategy.boundaries=[2,4]"], 2),
     # the learning-rate correction anneals from the switch: the resumed run must know when that was
     "3 stages, switch, mitigations, resumed after it": (
-        4, ["strategy.replicas=[2,1,1]", "strategy.boundaries=[2,4]", "strategy.switch_step=1",
-            "strategy.lr_correction=true", "strategy.lr_correction_steps=8", "strategy.weight_prediction=true"], 4),
+        4,
+        [
+            "strategy.replicas=[2,1,1]",
+            "strategy.boundaries=[2,4]",
+            "strategy.switch_step=1",
+            "strategy.lr_correction=true",
+            "strategy.lr_correction_steps=8",
+            "strategy.weight_prediction=true",
+        ],
+        4,
+    ),
 }
 
 
@@ -69,7 +97,12 @@ def test_a_resumed_ashpipe_run_ends_with_the_parameters_of_the_uninterrupted_one
         for r in range(w):
             assert resumed[r].keys() == whole[r].keys(), case
             for name in whole[r]:
-                torch.testing.assert_close(resumed[r][name], whole[r][name], atol=1e-6, rtol=1e-5,
-                                           msg=lambda m: f"{case}, rank {r}, {name}: {m}")
+                torch.testing.assert_close(
+                    resumed[r][name],
+                    whole[r][name],
+                    atol=1e-6,
+                    rtol=1e-5,
+                    msg=lambda m: f"{case}, rank {r}, {name}: {m}",
+                )
         # the drains are part of the semantics: without them the run ends elsewhere
         assert any(not torch.allclose(never[r][n], whole[r][n], atol=1e-6) for r in range(w) for n in whole[r]), case

@@ -13,22 +13,45 @@ EVEN = [o if not o.startswith("train.global_batch") else "train.global_batch=16"
 
 MULTI_STAGE = ["interleaved_1f1b", "looped_bfs", "zero_bubble", "zbv", "dualpipev"]
 CASES = {
-    "pipelining": {2: [["strategy.stages=2", "train.micro_batches=4"],
-                       ["strategy.stages=2", "train.micro_batches=2", "strategy.schedule=gpipe", "strategy.boundaries=[2]"],
-                       # several stages per rank: each schedule, uneven cuts, recomputation, v=3
-                       *[["strategy.stages=2", "train.micro_batches=4", f"strategy.schedule={s}"] for s in MULTI_STAGE],
-                       ["strategy.stages=2", "train.micro_batches=4", "strategy.schedule=zbv", "strategy.recompute=auto",
-                        "strategy.boundaries=[1,2,5]"],
-                       ["strategy.stages=2", "train.micro_batches=4", "strategy.schedule=interleaved_1f1b",
-                        "strategy.stages_per_rank=3"]],
-                   # DDP across two pipelines (the zero-bubble family is refused there: test_config)
-                   4: [["strategy.stages=2", "train.micro_batches=2"],
-                       ["strategy.stages=2", "train.micro_batches=4", "strategy.schedule=interleaved_1f1b",
-                        "strategy.recompute=all"],
-                       ["strategy.stages=2", "train.micro_batches=4", "strategy.schedule=looped_bfs"]]},
-    "deepspeed": {2: [["strategy.stages=2", "train.micro_batches=4"],
-                      ["strategy.stages=2", "train.micro_batches=2", "strategy.partition_method=uniform"]],
-                  4: [["strategy.stages=2", "train.micro_batches=2"]]},
+    "pipelining": {
+        2: [
+            ["strategy.stages=2", "train.micro_batches=4"],
+            ["strategy.stages=2", "train.micro_batches=2", "strategy.schedule=gpipe", "strategy.boundaries=[2]"],
+            # several stages per rank: each schedule, uneven cuts, recomputation, v=3
+            *[["strategy.stages=2", "train.micro_batches=4", f"strategy.schedule={s}"] for s in MULTI_STAGE],
+            [
+                "strategy.stages=2",
+                "train.micro_batches=4",
+                "strategy.schedule=zbv",
+                "strategy.recompute=auto",
+                "strategy.boundaries=[1,2,5]",
+            ],
+            [
+                "strategy.stages=2",
+                "train.micro_batches=4",
+                "strategy.schedule=interleaved_1f1b",
+                "strategy.stages_per_rank=3",
+            ],
+        ],
+        # DDP across two pipelines (the zero-bubble family is refused there: test_config)
+        4: [
+            ["strategy.stages=2", "train.micro_batches=2"],
+            [
+                "strategy.stages=2",
+                "train.micro_batches=4",
+                "strategy.schedule=interleaved_1f1b",
+                "strategy.recompute=all",
+            ],
+            ["strategy.stages=2", "train.micro_batches=4", "strategy.schedule=looped_bfs"],
+        ],
+    },
+    "deepspeed": {
+        2: [
+            ["strategy.stages=2", "train.micro_batches=4"],
+            ["strategy.stages=2", "train.micro_batches=2", "strategy.partition_method=uniform"],
+        ],
+        4: [["strategy.stages=2", "train.micro_batches=2"]],
+    },
 }
 
 
@@ -48,8 +71,10 @@ def test_baseline_one_step_equals_single_process(strategy, world, tmp_path):
 
 def test_gpipe_one_process_equals_single_process(tmp_path):
     modes = ["never", "except_last", "always"]
-    specs = [make_spec("strategy=gpipe", "world_size=2", "train.micro_batches=3", *COMMON, f"strategy.checkpoint={m}")
-             for m in modes]
+    specs = [
+        make_spec("strategy=gpipe", "world_size=2", "train.micro_batches=3", *COMMON, f"strategy.checkpoint={m}")
+        for m in modes
+    ]
     spawn(1, run_layouts, specs, str(tmp_path))  # torchgpipe: one process drives both partitions
     for i, spec in enumerate(specs):
         x, y = _batch(spec)

@@ -26,12 +26,20 @@ def train_one_step_and_save(ctx, spec, out_dir):
 
 def test_ddp_two_workers_uneven_shares_equal_single_process(tmp_path):
     # 11 samples over 2 ranks: shares of 5 and 6, so the loss scaling matters
-    spec = make_spec("world_size=2", "train.global_batch=11", "train.optimizer=sgd", "train.lr=0.5",
-                     "data.train_size=64", "data.test_size=32")
+    spec = make_spec(
+        "world_size=2",
+        "train.global_batch=11",
+        "train.optimizer=sgd",
+        "train.lr=0.5",
+        "data.train_size=64",
+        "data.test_size=32",
+    )
     spawn(2, train_one_step_and_save, spec, str(tmp_path))
     x, y = _global_batch(spec)
     reference = reference_step(spec, x, y)
     assert_matches_reference(merged_rank_states(str(tmp_path), 2), reference)
     # and the step really changed the weights (the comparison is not vacuous)
-    initial = {f"{i}.{n}": p for i, l in enumerate(build_layers(spec.model, spec.seed)) for n, p in l.named_parameters()}
+    initial = {
+        f"{i}.{n}": p for i, l in enumerate(build_layers(spec.model, spec.seed)) for n, p in l.named_parameters()
+    }
     assert any(not torch.allclose(initial[k], reference[k]) for k in reference)

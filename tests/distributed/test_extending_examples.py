@@ -32,8 +32,15 @@ def _strategy_example(ctx, source, spec, out_dir):
 def test_the_strategy_example_trains_like_one_process(tmp_path):
     source = code_blocks("extending/strategy.md", "python")[0]
     assert run_block(source, "allreduce_dp").AllReduceDPStrategy.name == "allreduce_dp"
-    spec = make_spec("world_size=2", "train.global_batch=13", "train.optimizer=sgd", "train.momentum=0",
-                     "train.lr=0.5", "data.train_size=64", "data.test_size=32")
+    spec = make_spec(
+        "world_size=2",
+        "train.global_batch=13",
+        "train.optimizer=sgd",
+        "train.momentum=0",
+        "train.lr=0.5",
+        "data.train_size=64",
+        "data.test_size=32",
+    )
     spawn(2, _strategy_example, source, spec, str(tmp_path))
     assert_matches_reference(merged_rank_states(str(tmp_path), 2), reference_step(spec, *_batch(spec)))
 
@@ -57,9 +64,19 @@ def test_hippie_on_the_schedule_example_trains_like_one_process(tmp_path, monkey
     run_block(source, "fill_drain_in_order")  # for the spec's check, in this process
     # plain SGD, as the other equivalence tests: AdamW's first step moves a weight whose gradient
     # is near zero by about its rate whichever way rounding tips it (a 5.7e-5 miss on a new host)
-    spec = make_spec("strategy=hippie", "world_size=2", "strategy.schedule=fill_drain_in_order",
-                     "train.micro_batches=4", "train.global_batch=16", "strategy.recompute=none",
-                     "strategy.boundaries=[3]", "data.train_size=64", "data.test_size=32",
-                     "train.optimizer=sgd", "train.momentum=0", "train.lr=0.5")
+    spec = make_spec(
+        "strategy=hippie",
+        "world_size=2",
+        "strategy.schedule=fill_drain_in_order",
+        "train.micro_batches=4",
+        "train.global_batch=16",
+        "strategy.recompute=none",
+        "strategy.boundaries=[3]",
+        "data.train_size=64",
+        "data.test_size=32",
+        "train.optimizer=sgd",
+        "train.momentum=0",
+        "train.lr=0.5",
+    )
     spawn(2, _schedule_example, source, spec, str(tmp_path))
     assert_matches_reference(merged_rank_states(str(tmp_path), 2), reference_step(spec, *_batch(spec)))

@@ -31,13 +31,22 @@ def record_overlap(ctx, spec, out_dir):
         json.dump([s["allreduce"] for s in strategy.step_stats], f)
 
 
-@pytest.mark.parametrize("schedule,micro_batches", [("1f1b", 2), ("zb_h1", 2), ("interleaved_1f1b", 4),
-                                                   ("zero_bubble", 4), ("zbv", 4)])
+@pytest.mark.parametrize(
+    "schedule,micro_batches", [("1f1b", 2), ("zb_h1", 2), ("interleaved_1f1b", 4), ("zero_bubble", 4), ("zbv", 4)]
+)
 def test_hippie_starts_bucket_all_reduces_before_its_last_backward_ends(tmp_path, schedule, micro_batches):
-    spec = make_spec("strategy=hippie", "world_size=4", "strategy.stages=2", "train.global_batch=16",
-                     f"train.micro_batches={micro_batches}", "strategy.bucket_mb=0.02", "strategy.recompute=none",
-                     f"strategy.schedule={schedule}",
-                     "data.train_size=64", "data.test_size=32")
+    spec = make_spec(
+        "strategy=hippie",
+        "world_size=4",
+        "strategy.stages=2",
+        "train.global_batch=16",
+        f"train.micro_batches={micro_batches}",
+        "strategy.bucket_mb=0.02",
+        "strategy.recompute=none",
+        f"strategy.schedule={schedule}",
+        "data.train_size=64",
+        "data.test_size=32",
+    )
     spawn(4, record_overlap, spec, str(tmp_path))
     for rank in range(4):
         for step in json.load(open(tmp_path / f"rank{rank}.json")):
@@ -49,8 +58,16 @@ def test_hippie_starts_bucket_all_reduces_before_its_last_backward_ends(tmp_path
 def test_ashpipe_starts_its_replica_all_reduce_under_backward_on_stashing_stages_too(tmp_path):
     # stage 0 stashes weight versions (its backward accumulates into the copies), stage 1 does not;
     # both have two replicas, and every bucket but possibly the last must start before the backward ends
-    spec = make_spec("strategy=ashpipe", "world_size=4", "strategy.replicas=[2,2]", "strategy.boundaries=[3]",
-                     "train.global_batch=16", "strategy.bucket_mb=0.02", "data.train_size=64", "data.test_size=32")
+    spec = make_spec(
+        "strategy=ashpipe",
+        "world_size=4",
+        "strategy.replicas=[2,2]",
+        "strategy.boundaries=[3]",
+        "train.global_batch=16",
+        "strategy.bucket_mb=0.02",
+        "data.train_size=64",
+        "data.test_size=32",
+    )
     spawn(4, record_overlap, spec, str(tmp_path))
     for rank in range(4):
         steps = [s for s in json.load(open(tmp_path / f"rank{rank}.json")) if s]

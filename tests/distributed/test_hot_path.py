@@ -33,9 +33,14 @@ def record_buffers(ctx, spec, out_dir):
         received = [b for free in executor._received.values() for b in free]
         stashed = executor.stashed_tensors()
         held += received + stashed
-        steps.append({"grads": _storages(p.grad for p in strategy.params),
-                      "buckets": _storages(f for st in executor.stages for f in st.grads.flats),
-                      "received": _storages(received), "stashed": sorted(id(t) for t in stashed)})
+        steps.append(
+            {
+                "grads": _storages(p.grad for p in strategy.params),
+                "buckets": _storages(f for st in executor.stages for f in st.grads.flats),
+                "received": _storages(received),
+                "stashed": sorted(id(t) for t in stashed),
+            }
+        )
     strategy.finish_training()  # settles the sends still in flight (see test_hidden_allreduce)
     with open(os.path.join(out_dir, f"rank{ctx.rank}.json"), "w") as f:
         json.dump(steps, f)
@@ -55,10 +60,18 @@ def _check(tmp_path, world_size: int) -> list[list[dict]]:
 @pytest.mark.parametrize("schedule,micro_batches", [("1f1b", 2), ("zbv", 4)])
 def test_hippie_keeps_its_gradient_and_receive_buffers_across_steps(tmp_path, schedule, micro_batches):
     # zbv: two stages per rank, each with its own buckets, and the turn of the V handed over in place
-    spec = make_spec("strategy=hippie", "world_size=4", "strategy.stages=2", "train.global_batch=16",
-                     f"strategy.schedule={schedule}", f"train.micro_batches={micro_batches}",
-                     "strategy.bucket_mb=0.02", "strategy.recompute=none",
-                     "data.train_size=128", "data.test_size=32")
+    spec = make_spec(
+        "strategy=hippie",
+        "world_size=4",
+        "strategy.stages=2",
+        "train.global_batch=16",
+        f"strategy.schedule={schedule}",
+        f"train.micro_batches={micro_batches}",
+        "strategy.bucket_mb=0.02",
+        "strategy.recompute=none",
+        "data.train_size=128",
+        "data.test_size=32",
+    )
     spawn(4, record_buffers, spec, str(tmp_path))
     ranks = _check(tmp_path, 4)
     assert all(len(steps[-1]["buckets"]) >= 3 for steps in ranks)  # several buckets per stage
@@ -66,8 +79,15 @@ def test_hippie_keeps_its_gradient_and_receive_buffers_across_steps(tmp_path, sc
 
 
 def test_ashpipe_reuses_its_stashed_weight_versions(tmp_path):
-    spec = make_spec("strategy=ashpipe", "world_size=2", "strategy.replicas=[1,1]", "strategy.boundaries=[3]",
-                     "train.global_batch=16", "data.train_size=128", "data.test_size=32")
+    spec = make_spec(
+        "strategy=ashpipe",
+        "world_size=2",
+        "strategy.replicas=[1,1]",
+        "strategy.boundaries=[3]",
+        "train.global_batch=16",
+        "data.train_size=128",
+        "data.test_size=32",
+    )
     spawn(2, record_buffers, spec, str(tmp_path))
     ranks = _check(tmp_path, 2)
     assert ranks[0][-1]["stashed"] and not ranks[1][-1]["stashed"]  # stage 0 stashes, the last stage not

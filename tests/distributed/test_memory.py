@@ -17,8 +17,15 @@ from harness.run.worker import host_only_tensors
 from tests.helpers.cli import make_spec
 from tests.helpers.distributed import spawn
 
-COMMON = ["strategy=hippie", "world_size=2", "train.global_batch=64", "train.micro_batches=4", "strategy.boundaries=[3]",
-          "data.train_size=256", "data.test_size=32"]
+COMMON = [
+    "strategy=hippie",
+    "world_size=2",
+    "train.global_batch=64",
+    "train.micro_batches=4",
+    "strategy.boundaries=[3]",
+    "data.train_size=256",
+    "data.test_size=32",
+]
 CASES = {
     "1f1b_none": ["strategy.recompute=none"],
     "1f1b_all": ["strategy.recompute=all"],
@@ -37,12 +44,19 @@ def measured_step(ctx, spec, warmup: int = 1) -> dict:
         strategy.train_step(*data.train.batch(order.indices(step)))
     meter = StepMeter(ctx.device)
     x, y = data.train.batch(order.indices(warmup))
-    with strategy.memory_step_context(), meter.measure_step(strategy.memory_parts,
-                                                            lambda: host_only_tensors(strategy, layers, data)):
+    with (
+        strategy.memory_step_context(),
+        meter.measure_step(strategy.memory_parts, lambda: host_only_tensors(strategy, layers, data)),
+    ):
         strategy.train_step(x, y)
     strategy.finish_training()
-    return {"peak": meter.peak_bytes, **meter.breakdown, "batch": x.nbytes + y.nbytes, "idle": meter.idle,
-            "stages": meter.stages}
+    return {
+        "peak": meter.peak_bytes,
+        **meter.breakdown,
+        "batch": x.nbytes + y.nbytes,
+        "idle": meter.idle,
+        "stages": meter.stages,
+    }
 
 
 def measure(ctx, specs, out_dir):
@@ -74,7 +88,9 @@ def test_every_block_live_before_the_step_is_counted_ddp_buckets_included(tmp_pa
     persistent buckets (the parameters' .grad are views into them), without replicas too."""
     data = ["train.global_batch=32", "data.train_size=128", "data.test_size=32"]
     ddp = make_spec("strategy=dp", "world_size=2", *data)
-    hippie = make_spec(*COMMON[:2], *data, "train.micro_batches=2", "strategy.boundaries=[3]", "strategy.recompute=none")
+    hippie = make_spec(
+        *COMMON[:2], *data, "train.micro_batches=2", "strategy.boundaries=[3]", "strategy.recompute=none"
+    )
     ranks = run(tmp_path, 2, {"dp": ddp, "hippie": hippie})
     m = hippie.model
     boundary = (32 // 2) * ((m.img_size // m.patch_size) ** 2 + 1) * m.embed_dim * 4  # fp32, 2 micro-batches
@@ -97,8 +113,16 @@ def test_ashpipe_counts_one_stashed_weight_version_per_minibatch_in_flight(tmp_p
     """Stage s of an S-stage asynchronous pipeline has S - s minibatches in flight: at the end of
     a step the master weights, S - s - 1 stashed versions and the one whose backward has just
     finished, kept for the next forward to reuse (the last stage stashes nothing)."""
-    spec = make_spec("strategy=ashpipe", "world_size=2", "strategy.replicas=[1,1]", "strategy.boundaries=[3]",
-                     "train.micro_batches=1", "train.global_batch=32", "data.train_size=256", "data.test_size=32")
+    spec = make_spec(
+        "strategy=ashpipe",
+        "world_size=2",
+        "strategy.replicas=[1,1]",
+        "strategy.boundaries=[3]",
+        "train.micro_batches=1",
+        "train.global_batch=32",
+        "data.train_size=256",
+        "data.test_size=32",
+    )
     spawn(2, _measure_ashpipe, spec, str(tmp_path))
     for s, m in enumerate(json.load(open(tmp_path / f"ash{r}.json")) for r in (0, 1)):
         assert m["stashed_weights"] == (2 - s if s < 1 else 0) * m["parameters"], (s, m)
@@ -114,10 +138,19 @@ def _measure_ashpipe(ctx, spec, out_dir):
 def test_measured_idle_follows_the_schedule_for_our_runtime_and_a_baseline(tmp_path):
     """The bubble measured from the profiled step's operator spans shrinks with more micro-batches
     (analytic (p-1)/(m+p-1): 50% at m=1, 11% at m=8), for Hippie and for torch pipelining alike."""
-    base = ["world_size=2", "train.global_batch=256", "strategy.boundaries=[3]", "data.train_size=512",
-            "data.test_size=32", "strategy.recompute=none"]
-    specs = {f"{s}_m{m}": make_spec(f"strategy={s}", f"train.micro_batches={m}", *base)
-             for s, ms in (("hippie", (1, 8)), ("pipelining", (2, 8))) for m in ms}
+    base = [
+        "world_size=2",
+        "train.global_batch=256",
+        "strategy.boundaries=[3]",
+        "data.train_size=512",
+        "data.test_size=32",
+        "strategy.recompute=none",
+    ]
+    specs = {
+        f"{s}_m{m}": make_spec(f"strategy={s}", f"train.micro_batches={m}", *base)
+        for s, ms in (("hippie", (1, 8)), ("pipelining", (2, 8)))
+        for m in ms
+    }
     ranks = run(tmp_path, 2, specs)
     job = {name: job_idle_fractions([rank[name]["idle"] for rank in ranks]) for name in specs}
     for strategy, few in (("hippie", 1), ("pipelining", 2)):
@@ -133,9 +166,16 @@ def test_each_stage_a_process_drives_is_measured_apart_and_a_split_backward_in_i
     and backward are found (its stage span, autograd's sequence numbers) and nearly all of the
     process's compute is given to one of them. torch pipelining's ZB-V: the library's action
     spans tell the input- from the weight-gradient part of each backward."""
-    base = ["world_size=2", "train.global_batch=32", "train.micro_batches=4", "data.train_size=128",
-            "data.test_size=32"]
-    gpipe = {f"gpipe_{c}": make_spec("strategy=gpipe", f"strategy.checkpoint={c}", *base) for c in ("except_last", "never")}
+    base = [
+        "world_size=2",
+        "train.global_batch=32",
+        "train.micro_batches=4",
+        "data.train_size=128",
+        "data.test_size=32",
+    ]
+    gpipe = {
+        f"gpipe_{c}": make_spec("strategy=gpipe", f"strategy.checkpoint={c}", *base) for c in ("except_last", "never")
+    }
     (process,) = run(tmp_path, 1, gpipe)
     for name, measured in process.items():
         stages = measured["stages"]

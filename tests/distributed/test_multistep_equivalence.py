@@ -26,54 +26,145 @@ STEPS = 3
 # by whole steps).
 ADAMW_LR, TOLERATED_OUTLIERS = 0.002, 1e-3
 DATA = ["data.train_size=64", "data.test_size=32", "train.lr=0.05"]
-OPTIMIZERS = {"sgd_momentum": ["train.optimizer=sgd", "train.momentum=0.9"],
-              "adamw": ["train.optimizer=adamw", "train.weight_decay=0.05", f"train.lr={ADAMW_LR}"]}
+OPTIMIZERS = {
+    "sgd_momentum": ["train.optimizer=sgd", "train.momentum=0.9"],
+    "adamw": ["train.optimizer=adamw", "train.weight_decay=0.05", f"train.lr={ADAMW_LR}"],
+}
 # (world size, launched processes) -> strategies' overrides; uneven shares where the strategy allows
 GROUPS = {
-    "w2": (2, 2, {"dp": ["strategy=dp", "train.global_batch=13"],
-                  "hippie": ["strategy=hippie", "train.global_batch=13", "train.micro_batches=3",
-                             "strategy.recompute=auto"],
-                  "pipelining": ["strategy=pipelining", "train.global_batch=16", "train.micro_batches=2"],
-                  # our split backward: W passes deferred into 1F1B's bubble
-                  "hippie_zb_h1": ["strategy=hippie", "strategy.schedule=zb_h1", "train.global_batch=13",
-                                   "train.micro_batches=4", "strategy.recompute=auto"]}),
+    "w2": (
+        2,
+        2,
+        {
+            "dp": ["strategy=dp", "train.global_batch=13"],
+            "hippie": ["strategy=hippie", "train.global_batch=13", "train.micro_batches=3", "strategy.recompute=auto"],
+            "pipelining": ["strategy=pipelining", "train.global_batch=16", "train.micro_batches=2"],
+            # our split backward: W passes deferred into 1F1B's bubble
+            "hippie_zb_h1": [
+                "strategy=hippie",
+                "strategy.schedule=zb_h1",
+                "train.global_batch=13",
+                "train.micro_batches=4",
+                "strategy.recompute=auto",
+            ],
+        },
+    ),
     # our runtime with two stages per rank, loop and V placement
-    "hippie_multi": (2, 2, {s: ["strategy=hippie", f"strategy.schedule={s}", "train.global_batch=13",
-                                "train.micro_batches=4", "strategy.recompute=auto"]
-                            for s in ("interleaved_1f1b", "zero_bubble", "zbv", "dualpipev")}),
+    "hippie_multi": (
+        2,
+        2,
+        {
+            s: [
+                "strategy=hippie",
+                f"strategy.schedule={s}",
+                "train.global_batch=13",
+                "train.micro_batches=4",
+                "strategy.recompute=auto",
+            ]
+            for s in ("interleaved_1f1b", "zero_bubble", "zbv", "dualpipev")
+        },
+    ),
     "deepspeed": (2, 2, {"deepspeed": ["strategy=deepspeed", "train.global_batch=16", "train.micro_batches=2"]}),
     # torch pipelining's multi-stage schedules: two stages per rank, loop and V placement
-    "pipelining_multi": (2, 2, {s: ["strategy=pipelining", f"strategy.schedule={s}", "train.global_batch=16",
-                                    "train.micro_batches=4"]
-                                for s in ("interleaved_1f1b", "looped_bfs", "zero_bubble", "zbv", "dualpipev")}),
-    "w4": (4, 4, {"hippie_2x2": ["strategy=hippie", "strategy.stages=2", "train.global_batch=13",
-                                 "train.micro_batches=2", "strategy.bucket_mb=0.01"],
-                  "hippie_2x2_zb_h1": ["strategy=hippie", "strategy.stages=2", "strategy.schedule=zb_h1",
-                                       "train.global_batch=13", "train.micro_batches=3", "strategy.bucket_mb=0.01"],
-                  "hippie_2x2_zbv": ["strategy=hippie", "strategy.stages=2", "strategy.schedule=zbv",
-                                     "train.global_batch=13", "train.micro_batches=4", "strategy.bucket_mb=0.01"]}),
+    "pipelining_multi": (
+        2,
+        2,
+        {
+            s: ["strategy=pipelining", f"strategy.schedule={s}", "train.global_batch=16", "train.micro_batches=4"]
+            for s in ("interleaved_1f1b", "looped_bfs", "zero_bubble", "zbv", "dualpipev")
+        },
+    ),
+    "w4": (
+        4,
+        4,
+        {
+            "hippie_2x2": [
+                "strategy=hippie",
+                "strategy.stages=2",
+                "train.global_batch=13",
+                "train.micro_batches=2",
+                "strategy.bucket_mb=0.01",
+            ],
+            "hippie_2x2_zb_h1": [
+                "strategy=hippie",
+                "strategy.stages=2",
+                "strategy.schedule=zb_h1",
+                "train.global_batch=13",
+                "train.micro_batches=3",
+                "strategy.bucket_mb=0.01",
+            ],
+            "hippie_2x2_zbv": [
+                "strategy=hippie",
+                "strategy.stages=2",
+                "strategy.schedule=zbv",
+                "train.global_batch=13",
+                "train.micro_batches=4",
+                "strategy.bucket_mb=0.01",
+            ],
+        },
+    ),
     "gpipe": (2, 1, {"gpipe": ["strategy=gpipe", "train.global_batch=13", "train.micro_batches=3"]}),
 }
 # the recipe ViTs are trained with on CIFAR: Nesterov momentum, a warm-up then a cosine learning rate,
 # label smoothing, and the whole model's gradient clipped (small enough to bite at every step)
-RECIPE = ["train.optimizer=sgd", "train.momentum=0.9", "train.nesterov=true", "train.lr_schedule=cosine",
-          "train.lr_warmup_steps=1", "train.steps=4", "train.warmup_steps=0", "train.label_smoothing=0.1", "train.grad_clip_norm=0.05"]
+RECIPE = [
+    "train.optimizer=sgd",
+    "train.momentum=0.9",
+    "train.nesterov=true",
+    "train.lr_schedule=cosine",
+    "train.lr_warmup_steps=1",
+    "train.steps=4",
+    "train.warmup_steps=0",
+    "train.label_smoothing=0.1",
+    "train.grad_clip_norm=0.05",
+]
 RECIPE_GROUPS = {
-    "w2": (2, 2, {"dp": ["strategy=dp", "train.global_batch=13"],
-                  "hippie": ["strategy=hippie", "train.global_batch=13", "train.micro_batches=3"],
-                  "hippie_zb_h1": ["strategy=hippie", "strategy.schedule=zb_h1", "train.global_batch=13",
-                                   "train.micro_batches=3"],
-                  "pipelining_zbv": ["strategy=pipelining", "strategy.schedule=zbv", "train.global_batch=16",
-                                     "train.micro_batches=4"],
-                  "hippie_zbv": ["strategy=hippie", "strategy.schedule=zbv", "train.global_batch=13",
-                                 "train.micro_batches=4"]}),
-    "w4": (4, 4, {"hippie_2x2": ["strategy=hippie", "strategy.stages=2", "train.global_batch=13",
-                                 "train.micro_batches=2"],
-                  "pipelining_2x2": ["strategy=pipelining", "strategy.stages=2", "train.global_batch=16",
-                                     "train.micro_batches=2"],
-                  "hippie_2x2_interleaved": ["strategy=hippie", "strategy.stages=2",
-                                             "strategy.schedule=interleaved_1f1b", "train.global_batch=13",
-                                             "train.micro_batches=4"]}),
+    "w2": (
+        2,
+        2,
+        {
+            "dp": ["strategy=dp", "train.global_batch=13"],
+            "hippie": ["strategy=hippie", "train.global_batch=13", "train.micro_batches=3"],
+            "hippie_zb_h1": [
+                "strategy=hippie",
+                "strategy.schedule=zb_h1",
+                "train.global_batch=13",
+                "train.micro_batches=3",
+            ],
+            "pipelining_zbv": [
+                "strategy=pipelining",
+                "strategy.schedule=zbv",
+                "train.global_batch=16",
+                "train.micro_batches=4",
+            ],
+            "hippie_zbv": [
+                "strategy=hippie",
+                "strategy.schedule=zbv",
+                "train.global_batch=13",
+                "train.micro_batches=4",
+            ],
+        },
+    ),
+    "w4": (
+        4,
+        4,
+        {
+            "hippie_2x2": ["strategy=hippie", "strategy.stages=2", "train.global_batch=13", "train.micro_batches=2"],
+            "pipelining_2x2": [
+                "strategy=pipelining",
+                "strategy.stages=2",
+                "train.global_batch=16",
+                "train.micro_batches=2",
+            ],
+            "hippie_2x2_interleaved": [
+                "strategy=hippie",
+                "strategy.stages=2",
+                "strategy.schedule=interleaved_1f1b",
+                "train.global_batch=13",
+                "train.micro_batches=4",
+            ],
+        },
+    ),
     "deepspeed": (2, 2, {"deepspeed": ["strategy=deepspeed", "train.global_batch=16", "train.micro_batches=2"]}),
     "gpipe": (2, 1, {"gpipe": ["strategy=gpipe", "train.global_batch=13", "train.micro_batches=3"]}),
 }
@@ -97,8 +188,11 @@ def train_and_save(ctx, specs, out_dir):
 @pytest.mark.parametrize("group", sorted(GROUPS))
 def test_several_steps_with_momentum_and_adamw_equal_single_process(group, tmp_path):
     world, processes, strategies = GROUPS[group]
-    specs = {f"{name}-{opt}": make_spec(f"world_size={world}", *DATA, *overrides, *OPTIMIZERS[opt])
-             for name, overrides in strategies.items() for opt in OPTIMIZERS}
+    specs = {
+        f"{name}-{opt}": make_spec(f"world_size={world}", *DATA, *overrides, *OPTIMIZERS[opt])
+        for name, overrides in strategies.items()
+        for opt in OPTIMIZERS
+    }
     spawn(processes, train_and_save, specs, str(tmp_path))
     failures = []
     for name, spec in specs.items():
@@ -132,7 +226,9 @@ def test_several_steps_of_a_training_recipe_equal_single_process(group, tmp_path
     clipping by the whole model's norm (an all-reduce over the stages, each stage's replicas counted
     once; DeepSpeed's own clipping) is where a wrong layout would show."""
     world, processes, strategies = RECIPE_GROUPS[group]
-    specs = {name: make_spec(f"world_size={world}", *DATA, *overrides, *RECIPE) for name, overrides in strategies.items()}
+    specs = {
+        name: make_spec(f"world_size={world}", *DATA, *overrides, *RECIPE) for name, overrides in strategies.items()
+    }
     spawn(processes, train_and_save, specs, str(tmp_path))
     failures = []
     for name, spec in specs.items():

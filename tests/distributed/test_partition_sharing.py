@@ -41,10 +41,12 @@ def test_the_first_pipeline_measures_the_cut_and_every_later_run_of_the_sweep_re
     # another cut in the shared file: a later run must take it, not measure its own
     other = [2] if first["boundaries"] != [2] else [4]
     json.dump({"boundaries": other}, open(path, "w"))
-    later = [("pipelining", _spec(partitions, "strategy=pipelining")),
-             ("deepspeed", _spec(partitions, "strategy=deepspeed")),
-             ("given", _spec(partitions, "strategy=hippie", "strategy.boundaries=[1]")),
-             ("other_batch", _spec(partitions, "strategy=hippie", "train.micro_batches=2"))]
+    later = [
+        ("pipelining", _spec(partitions, "strategy=pipelining")),
+        ("deepspeed", _spec(partitions, "strategy=deepspeed")),
+        ("given", _spec(partitions, "strategy=hippie", "strategy.boundaries=[1]")),
+        ("other_batch", _spec(partitions, "strategy=hippie", "train.micro_batches=2")),
+    ]
     spawn(2, build_and_report, later, str(tmp_path))
     spawn(1, build_and_report, [("gpipe", _spec(partitions, "strategy=gpipe", "world_size=2"))], str(tmp_path))
     for name in ("pipelining", "deepspeed", "gpipe"):  # gpipe: one process, the same micro-batch of 4

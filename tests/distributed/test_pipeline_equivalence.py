@@ -16,34 +16,58 @@ from harness.core.models import build_layers
 from tests.helpers.cli import make_spec
 from tests.helpers.distributed import assert_matches_reference, merged_rank_states, reference_step, spawn
 
-COMMON = ["train.global_batch=13", "train.optimizer=sgd", "train.momentum=0", "train.lr=0.5",
-          "data.train_size=64", "data.test_size=32"]
+COMMON = [
+    "train.global_batch=13",
+    "train.optimizer=sgd",
+    "train.momentum=0",
+    "train.lr=0.5",
+    "data.train_size=64",
+    "data.test_size=32",
+]
 
 # world size -> layouts (stages, micro-batches, extra overrides); replicas = world / stages
 GRID = {
-    2: [(2, 1, []), (2, 2, []), (2, 4, ["strategy.recompute=all"]), (2, 3, ["strategy.boundaries=[1]"]),
-        (2, 4, ["strategy.schedule=gpipe", "strategy.recompute=auto"]), (1, 3, ["strategy.recompute=all"]),
+    2: [
+        (2, 1, []),
+        (2, 2, []),
+        (2, 4, ["strategy.recompute=all"]),
+        (2, 3, ["strategy.boundaries=[1]"]),
+        (2, 4, ["strategy.schedule=gpipe", "strategy.recompute=auto"]),
+        (1, 3, ["strategy.recompute=all"]),
         (2, 4, ["strategy.schedule=zb_h1", "strategy.recompute=none"]),
         (2, 3, ["strategy.schedule=zb_h1", "strategy.recompute=all"]),
         # several stages per rank: loop placement, and V (stages 1 and 2 on rank 1, handed over in place)
         *[(2, 4, [f"strategy.schedule={s}"]) for s in ("interleaved_1f1b", "looped_bfs", "zbv", "dualpipev")],
         (2, 4, ["strategy.schedule=zero_bubble", "strategy.recompute=all"]),
         (2, 4, ["strategy.schedule=zbv", "strategy.recompute=all", "strategy.stages_per_rank=2"]),
-        (2, 6, ["strategy.schedule=interleaved_1f1b", "strategy.stages_per_rank=3", "strategy.boundaries=[1,2,3,4,5]"])],
+        (2, 6, ["strategy.schedule=interleaved_1f1b", "strategy.stages_per_rank=3", "strategy.boundaries=[1,2,3,4,5]"]),
+    ],
     3: [(3, 3, ["strategy.boundaries=[1,5]"]), (3, 4, ["strategy.recompute=auto"])],
-    4: [(4, 4, []), (4, 3, ["strategy.recompute=all"]), (2, 2, []), (2, 3, ["strategy.recompute=all", "strategy.bucket_mb=0.01"]),
-        (2, 1, ["strategy.schedule=gpipe"]), (4, 6, ["strategy.schedule=zb_h1", "strategy.recompute=all"]),
+    4: [
+        (4, 4, []),
+        (4, 3, ["strategy.recompute=all"]),
+        (2, 2, []),
+        (2, 3, ["strategy.recompute=all", "strategy.bucket_mb=0.01"]),
+        (2, 1, ["strategy.schedule=gpipe"]),
+        (4, 6, ["strategy.schedule=zb_h1", "strategy.recompute=all"]),
         (2, 4, ["strategy.schedule=zb_h1", "strategy.bucket_mb=0.01"]),
         (2, 4, ["strategy.schedule=zbv", "strategy.bucket_mb=0.01", "strategy.recompute=auto"]),
-        (2, 4, ["strategy.schedule=interleaved_1f1b", "strategy.bucket_mb=0.01"])],
+        (2, 4, ["strategy.schedule=interleaved_1f1b", "strategy.bucket_mb=0.01"]),
+    ],
     6: [(3, 2, ["strategy.recompute=auto"])],
     8: [(4, 2, ["strategy.recompute=all"])],
 }
 
 
 def _spec(world, stages, micro, extra):
-    return make_spec("strategy=hippie", f"world_size={world}", f"strategy.stages={stages}",
-                     f"train.micro_batches={micro}", *COMMON, *extra)
+    return make_spec(
+        "strategy=hippie",
+        f"world_size={world}",
+        f"strategy.stages={stages}",
+        f"train.micro_batches={micro}",
+        *COMMON,
+        *extra,
+    )
 
 
 def _batch(spec):

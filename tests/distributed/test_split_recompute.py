@@ -31,15 +31,24 @@ def _count_forwards(ctx, specs, out_dir):
         x, y = load(spec.data, spec.seed).train.batch(torch.arange(spec.train.global_batch))
         strategy.train_step(x, y)
         keys = [(j, i) for j, module in enumerate(modules) for i in range(len(module.layers))]
-        counts[name] = {"calls": [calls[key] for key in keys],
-                        "recomputed": [n for n, (j, i) in enumerate(keys) if i in modules[j].recompute]}
+        counts[name] = {
+            "calls": [calls[key] for key in keys],
+            "recomputed": [n for n, (j, i) in enumerate(keys) if i in modules[j].recompute],
+        }
     with open(os.path.join(out_dir, f"rank{ctx.rank}.json"), "w") as f:
         json.dump(counts, f)
 
 
 def test_a_split_backward_recomputes_each_checkpointed_layer_once_per_micro_batch(tmp_path):
-    common = ["strategy=hippie", "world_size=2", f"train.micro_batches={MICRO}", "train.global_batch=12",
-              "strategy.recompute=all", "data.train_size=64", "data.test_size=32"]
+    common = [
+        "strategy=hippie",
+        "world_size=2",
+        f"train.micro_batches={MICRO}",
+        "train.global_batch=12",
+        "strategy.recompute=all",
+        "data.train_size=64",
+        "data.test_size=32",
+    ]
     specs = {s: make_spec(*common, f"strategy.schedule={s}") for s in ("1f1b", "zb_h1", "zbv", "zero_bubble")}
     spawn(2, _count_forwards, specs, str(tmp_path))
     for rank in range(2):

@@ -14,14 +14,30 @@ def _record(run_dir):
         return json.load(f)
 
 
-REQUIRED = ["status", "error", "strategy", "model", "data", "world_size", "global_batch", "micro_batches",
-            "throughput", "step_time_s", "peak_memory_bytes", "peak_memory_per_rank", "accuracy", "final_loss", "device"]
+REQUIRED = [
+    "status",
+    "error",
+    "strategy",
+    "model",
+    "data",
+    "world_size",
+    "global_batch",
+    "micro_batches",
+    "throughput",
+    "step_time_s",
+    "peak_memory_bytes",
+    "peak_memory_per_rank",
+    "accuracy",
+    "final_loss",
+    "device",
+]
 
 
 def test_two_worker_run_writes_a_complete_record_and_an_offline_wandb_run(workdir):
     run_dir = os.path.join(workdir, "run")
-    proc = run_cli(["world_size=2", *TINY, "logger.mode=offline", "logger.log_every=1", f"hydra.run.dir={run_dir}"],
-                   cwd=workdir)
+    proc = run_cli(
+        ["world_size=2", *TINY, "logger.mode=offline", "logger.log_every=1", f"hydra.run.dir={run_dir}"], cwd=workdir
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     rec = _record(run_dir)
     assert all(k in rec for k in REQUIRED)
@@ -44,8 +60,9 @@ def test_two_worker_run_writes_a_complete_record_and_an_offline_wandb_run(workdi
 
 def test_a_pipeline_run_writes_a_trace_and_breaks_its_idle_time_down(workdir, capfd):
     run_dir = os.path.join(workdir, "run")
-    out = pipebench(capfd, "run", "strategy=hippie", "world_size=2", "train.micro_batches=4", *TINY,
-                    f"hydra.run.dir={run_dir}")
+    out = pipebench(
+        capfd, "run", "strategy=hippie", "world_size=2", "train.micro_batches=4", *TINY, f"hydra.run.dir={run_dir}"
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     rec = _record(run_dir)
     parts = rec["idle_breakdown"]
@@ -66,12 +83,15 @@ def test_a_pipeline_run_writes_a_trace_and_breaks_its_idle_time_down(workdir, ca
     assert any(e["cat"] == "idle" and e["name"] == "peer wait" for e in spans)
 
 
-@pytest.mark.parametrize("overrides,message", [
-    (["train.global_batch=2", "train.micro_batches=4"], "cannot be split"),
-    (["train.steps=1"], "no timed step"),
-    (["data=cifar100", "data.root=/nonexistent/cifar"], "/nonexistent/cifar"),
-    (["launch.device=cuda"], "no GPU"),
-])
+@pytest.mark.parametrize(
+    "overrides,message",
+    [
+        (["train.global_batch=2", "train.micro_batches=4"], "cannot be split"),
+        (["train.steps=1"], "no timed step"),
+        (["data=cifar100", "data.root=/nonexistent/cifar"], "/nonexistent/cifar"),
+        (["launch.device=cuda"], "no GPU"),
+    ],
+)
 def test_invalid_config_is_refused_in_one_line_before_any_worker(workdir, overrides, message, capfd):
     run_dir = os.path.join(workdir, "run")
     proc = pipebench(capfd, "run", *overrides, "logger.mode=disabled", f"hydra.run.dir={run_dir}")
@@ -86,8 +106,16 @@ def test_invalid_config_is_refused_in_one_line_before_any_worker(workdir, overri
 
 def test_a_sweep_over_strategies_shares_pipeline_keys_and_records_what_was_ignored(workdir, capfd):
     sweep = os.path.join(workdir, "sweep")
-    proc = pipebench(capfd, "run", "-m", "strategy=dp,hippie", "world_size=2", *TINY, "strategy.recompute=none",
-                     f"hydra.sweep.dir={sweep}")
+    proc = pipebench(
+        capfd,
+        "run",
+        "-m",
+        "strategy=dp,hippie",
+        "world_size=2",
+        *TINY,
+        "strategy.recompute=none",
+        f"hydra.sweep.dir={sweep}",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     recs = {r["strategy"]: r for r in (_record(os.path.dirname(p)) for p in glob.glob(f"{sweep}/*/metrics.json"))}
     assert recs["dp"]["status"] == recs["hippie"]["status"] == "ok"
@@ -103,8 +131,17 @@ def test_a_sweep_over_strategies_shares_pipeline_keys_and_records_what_was_ignor
 def test_every_strategy_trains_in_bf16_on_cpu_with_flops_and_mfu_in_its_record(workdir, capfd):
     sweep = os.path.join(workdir, "sweep")
     strategies = ["dp", "hippie", "ashpipe", "pipelining", "deepspeed", "gpipe"]
-    proc = pipebench(capfd, "run", "-m", f"strategy={','.join(strategies)}", "world_size=2", *TINY,
-                     "train.micro_batches=2", "train.precision=bf16", f"hydra.sweep.dir={sweep}")
+    proc = pipebench(
+        capfd,
+        "run",
+        "-m",
+        f"strategy={','.join(strategies)}",
+        "world_size=2",
+        *TINY,
+        "train.micro_batches=2",
+        "train.precision=bf16",
+        f"hydra.sweep.dir={sweep}",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     recs = {r["strategy"]: r for r in (_record(os.path.dirname(p)) for p in glob.glob(f"{sweep}/*/metrics.json"))}
     assert sorted(recs) == sorted(strategies)
@@ -125,23 +162,28 @@ def test_results_command_without_records_says_so(workdir, capfd):
     assert proc.returncode == 2 and "no readable metrics.json" in proc.stderr
 
 
-@pytest.mark.parametrize("overrides,message", [
-    (["strategy=hippie", "strategy.stages=9", "world_size=9"], "exceeds the 6 layers"),
-    (["strategy=ashpipe", "strategy.replicas=[2,2]", "world_size=3", "train.micro_batches=1"], "sums to 4"),
-    (["strategy=hippie", "world_size=3"], "not divisible by strategy.stages=2"),
-    (["strategy=pipelining", "world_size=2", "train.global_batch=10", "train.micro_batches=4"], "divisible"),
-    (["strategy=hippie", "world_size=4", "train.global_batch=6", "train.micro_batches=6"],
-     "fewer than the 2 replicas"),
-    (["train.micro_batches=0"], "must be at least 1"),
-    (["train.nesterov=true", "train.momentum=0"], "train.nesterov=true needs train.optimizer=sgd"),
-    (["strategy=gpipe", "world_size=2", "strategy.stages=3"], "must equal world_size"),
-    (["train.resume=/nonexistent/run"], "holds no checkpoint"),
-    (["launch.fault=maybe"], "launch.fault"),
-    (["train.precision=fp16"], "train.precision=fp16 is not one of fp32, bf16"),
-    (["strategy=gpipe", "world_size=2", "strategy.devices=3"], "strategy.devices=3 must be between 1 and the 2"),
-    (["strategy=hippie", "world_size=2", "strategy.switch_step=3"], "does not apply to strategy=hippie"),
-    (["strategy=dp", "strategy.partition_method=uniform"], "does not apply to strategy=dp"),
-])
+@pytest.mark.parametrize(
+    "overrides,message",
+    [
+        (["strategy=hippie", "strategy.stages=9", "world_size=9"], "exceeds the 6 layers"),
+        (["strategy=ashpipe", "strategy.replicas=[2,2]", "world_size=3", "train.micro_batches=1"], "sums to 4"),
+        (["strategy=hippie", "world_size=3"], "not divisible by strategy.stages=2"),
+        (["strategy=pipelining", "world_size=2", "train.global_batch=10", "train.micro_batches=4"], "divisible"),
+        (
+            ["strategy=hippie", "world_size=4", "train.global_batch=6", "train.micro_batches=6"],
+            "fewer than the 2 replicas",
+        ),
+        (["train.micro_batches=0"], "must be at least 1"),
+        (["train.nesterov=true", "train.momentum=0"], "train.nesterov=true needs train.optimizer=sgd"),
+        (["strategy=gpipe", "world_size=2", "strategy.stages=3"], "must equal world_size"),
+        (["train.resume=/nonexistent/run"], "holds no checkpoint"),
+        (["launch.fault=maybe"], "launch.fault"),
+        (["train.precision=fp16"], "train.precision=fp16 is not one of fp32, bf16"),
+        (["strategy=gpipe", "world_size=2", "strategy.devices=3"], "strategy.devices=3 must be between 1 and the 2"),
+        (["strategy=hippie", "world_size=2", "strategy.switch_step=3"], "does not apply to strategy=hippie"),
+        (["strategy=dp", "strategy.partition_method=uniform"], "does not apply to strategy=dp"),
+    ],
+)
 def test_layouts_that_cannot_run_are_refused_before_any_worker(workdir, overrides, message, capfd):
     run_dir = os.path.join(workdir, "run")
     proc = pipebench(capfd, "run", *overrides, "logger.mode=disabled", f"hydra.run.dir={run_dir}")
@@ -150,8 +192,15 @@ def test_layouts_that_cannot_run_are_refused_before_any_worker(workdir, override
     assert len(errors) == 1 and message in errors[0], proc.stderr
 
 
-@pytest.mark.parametrize("overrides,option", [(["model=vit_nope"], "vit_micro"), (["strategy=nope"], "hippie"),
-                                              (["data=imagenet"], "cifar100"), (["-m", "strategy=dp,nope"], "hippie")])
+@pytest.mark.parametrize(
+    "overrides,option",
+    [
+        (["model=vit_nope"], "vit_micro"),
+        (["strategy=nope"], "hippie"),
+        (["data=imagenet"], "cifar100"),
+        (["-m", "strategy=dp,nope"], "hippie"),
+    ],
+)
 def test_unknown_model_strategy_or_data_is_refused_in_one_line(workdir, overrides, option, capfd):
     proc = pipebench(capfd, "run", *overrides, f"hydra.run.dir={workdir}/run", f"hydra.sweep.dir={workdir}/sweep")
     unknown = overrides[-1].split("=")[1].split(",")[-1]
@@ -163,8 +212,15 @@ def test_unknown_model_strategy_or_data_is_refused_in_one_line(workdir, override
 
 def test_a_memory_limit_no_plan_meets_is_refused_before_launch(workdir, capfd):
     run_dir = os.path.join(workdir, "run")
-    proc = pipebench(capfd, "run", "strategy=ashpipe", "world_size=2", *TINY, "strategy.memory_limit=0.0001",
-                     f"hydra.run.dir={run_dir}")
+    proc = pipebench(
+        capfd,
+        "run",
+        "strategy=ashpipe",
+        "world_size=2",
+        *TINY,
+        "strategy.memory_limit=0.0001",
+        f"hydra.run.dir={run_dir}",
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "no AshPipe plan fits strategy.memory_limit" in proc.stderr and "samples/s" not in proc.stderr
 
@@ -172,8 +228,15 @@ def test_a_memory_limit_no_plan_meets_is_refused_before_launch(workdir, capfd):
 def test_a_memory_limit_only_the_planner_finds_unmeetable_fails_the_job_with_one_line(workdir, capfd):
     # above the parameter floor, but no split fits the activations: found by the planner in the job
     run_dir = os.path.join(workdir, "run")
-    proc = pipebench(capfd, "run", "strategy=ashpipe", "world_size=2", *TINY, "strategy.memory_limit=0.0012",
-                     f"hydra.run.dir={run_dir}")
+    proc = pipebench(
+        capfd,
+        "run",
+        "strategy=ashpipe",
+        "world_size=2",
+        *TINY,
+        "strategy.memory_limit=0.0012",
+        f"hydra.run.dir={run_dir}",
+    )
     rec = _record(run_dir)
     assert proc.returncode == 1 and rec["status"] == "failed"
     assert "no AshPipe plan fits strategy.memory_limit" in rec["error"]
@@ -185,7 +248,8 @@ def test_a_typo_is_one_line_exit_2_and_nothing_started(workdir):
     proc = run_cli(["+trian.steps=10", f"hydra.run.dir={workdir}/r"], cwd=workdir, timeout=120)
     assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
         "error: unknown key trian.steps; did you mean train.steps? (docs/reference/configuration.md lists every key; "
-        "'+' does not add one: nothing would read it)"]
+        "'+' does not add one: nothing would read it)"
+    ]
     assert not os.path.exists(os.path.join(workdir, "r"))
 
 
@@ -193,8 +257,10 @@ def test_resuming_from_a_corrupt_checkpoint_is_refused_in_one_line_before_any_wo
     """A run that checkpoints, its latest checkpoint truncated, then resumed: one line naming the
     file and what to do, exit 2, nothing started (it used to end in a 20-line traceback)."""
     first = os.path.join(workdir, "first")
-    assert pipebench(capfd, "run", "world_size=2", *TINY, "train.checkpoint_every=3", f"hydra.run.dir={first}") \
-        .returncode == 0
+    assert (
+        pipebench(capfd, "run", "world_size=2", *TINY, "train.checkpoint_every=3", f"hydra.run.dir={first}").returncode
+        == 0
+    )
     rank1 = os.path.join(first, "checkpoints", "step5", "rank1.pt")
     with open(rank1, "r+b") as f:
         f.truncate(1000)

@@ -8,7 +8,9 @@ from tests.helpers.cli import TINY, pipebench
 
 def test_plan_command_prints_a_plan_without_training(tmp_path, capfd, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    proc = pipebench(capfd, "plan", "model=vit_tiny", "world_size=4", "train.global_batch=32", "strategy.bandwidth_gbps=10")
+    proc = pipebench(
+        capfd, "plan", "model=vit_tiny", "world_size=4", "train.global_batch=32", "strategy.bandwidth_gbps=10"
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = proc.stdout
     assert "AshPipe plan for 4 workers" in out and "predicted time per minibatch" in out
@@ -17,8 +19,16 @@ def test_plan_command_prints_a_plan_without_training(tmp_path, capfd, monkeypatc
 
 
 def test_a_later_job_resumes_in_hybrid_mode_from_the_switch_checkpoint(tmp_path, capfd):
-    base = ["strategy=ashpipe", "world_size=2", "strategy.replicas=[1,1]", "strategy.boundaries=[3]",
-            "train.micro_batches=1", *TINY, "train.steps=8", "train.warmup_steps=1"]
+    base = [
+        "strategy=ashpipe",
+        "world_size=2",
+        "strategy.replicas=[1,1]",
+        "strategy.boundaries=[3]",
+        "train.micro_batches=1",
+        *TINY,
+        "train.steps=8",
+        "train.warmup_steps=1",
+    ]
     first, second = str(tmp_path / "first"), str(tmp_path / "second")
     run = pipebench(capfd, "run", *base, "strategy.switch_step=3", f"hydra.run.dir={first}")
     assert run.returncode == 0, run.stderr[-2000:]
@@ -76,22 +86,44 @@ def test_the_preview_is_the_slurm_preflight_on_a_node_without_a_gpu(tmp_path, ca
     GPU; a world size that does not fill whole nodes, and torchgpipe's one process for all GPUs,
     are refused in one line each."""
     monkeypatch.chdir(tmp_path)
-    proc = pipebench(capfd, "preview", "experiment=speedup", "hydra/launcher=slurm", "model=vit_base",
-                     "strategy=dp,hippie,gpipe", "world_size=4,16,12")
+    proc = pipebench(
+        capfd,
+        "preview",
+        "experiment=speedup",
+        "hydra/launcher=slurm",
+        "model=vit_base",
+        "strategy=dp,hippie,gpipe",
+        "world_size=4,16,12",
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    rows = {r.split("|")[1].replace(" experiment=speedup hydra/launcher=slurm", "").strip(): [c.strip() for c in r.split("|")]
-            for r in proc.stdout.splitlines() if r.startswith("| model=")}
+    rows = {
+        r.split("|")[1].replace(" experiment=speedup hydra/launcher=slurm", "").strip(): [
+            c.strip() for c in r.split("|")
+        ]
+        for r in proc.stdout.splitlines()
+        if r.startswith("| model=")
+    }
     assert len(rows) == 9
     header = [c.strip() for c in proc.stdout.splitlines()[0].split("|")]
-    at = {name: header.index(name) for name in ("nodes", "tasks/node", "predicted step ms", "predicted run min",
-                                                "peak GiB/device (of 80)", "status")}
+    at = {
+        name: header.index(name)
+        for name in (
+            "nodes",
+            "tasks/node",
+            "predicted step ms",
+            "predicted run min",
+            "peak GiB/device (of 80)",
+            "status",
+        )
+    }
     dp16 = rows["model=vit_base world_size=16 strategy=dp"]
     assert (dp16[at["nodes"]], dp16[at["tasks/node"]]) == ("2", "8") and float(dp16[at["predicted step ms"]]) > 0
     assert float(dp16[at["predicted run min"]]) > 0 and float(dp16[at["peak GiB/device (of 80)"]]) > 0
     hippie4 = rows["model=vit_base world_size=4 strategy=hippie"]
     assert (hippie4[at["nodes"]], hippie4[at["tasks/node"]]) == ("1", "4") and hippie4[at["status"]].startswith("ok")
     assert rows["model=vit_base world_size=12 strategy=dp"][at["status"]].startswith(
-        "refused: world_size=12 does not fill whole nodes of 8 tasks")
+        "refused: world_size=12 does not fill whole nodes of 8 tasks"
+    )
     assert rows["model=vit_base world_size=4 strategy=gpipe"][at["status"]].startswith("refused: strategy=gpipe runs 1")
     assert "9 job(s), 5 refused; nothing was started" in proc.stderr  # w=12 twice, gpipe three times
 
@@ -102,11 +134,18 @@ def test_adding_a_runtime_to_a_profile_of_another_model_or_to_none_is_refused_in
     from harness.planning.planner import LayerProfile, Network, Profile
 
     path = tmp_path / "tiny.json"
-    path.write_text(Profile([LayerProfile("L", 1e-3, 2e-3, 1, 1, 1, 1)], Network(1e9, 1e9), "cpu", 8,
-                            meta={"model": "vit_tiny"}).to_json())
-    for profile, says in ((path, "profiled model vit_tiny, not vit_micro: give model=vit_tiny"),
-                          (tmp_path / "none.json", "does not exist")):
-        proc = pipebench(capfd, "profile", "model=vit_micro", "strategy=deepspeed", "world_size=2", f"sim.profile={profile}")
+    path.write_text(
+        Profile(
+            [LayerProfile("L", 1e-3, 2e-3, 1, 1, 1, 1)], Network(1e9, 1e9), "cpu", 8, meta={"model": "vit_tiny"}
+        ).to_json()
+    )
+    for profile, says in (
+        (path, "profiled model vit_tiny, not vit_micro: give model=vit_tiny"),
+        (tmp_path / "none.json", "does not exist"),
+    ):
+        proc = pipebench(
+            capfd, "profile", "model=vit_micro", "strategy=deepspeed", "world_size=2", f"sim.profile={profile}"
+        )
         lines = proc.stderr.strip().splitlines()
         assert proc.returncode == 2 and len(lines) == 1 and says in lines[0], proc.stderr
     assert json.loads(path.read_text())["runtime"] is None  # left as it was

@@ -13,8 +13,23 @@ from tests.helpers.cli import ROOT, TINY
 def test_an_installed_package_runs_a_sweep_from_another_folder(tmp_path):
     target, elsewhere = tmp_path / "site", tmp_path / "elsewhere"
     elsewhere.mkdir()
-    build = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-                            "--target", str(target), ROOT], capture_output=True, text=True, timeout=300)
+    build = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--target",
+            str(target),
+            ROOT,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert build.returncode == 0, build.stderr[-3000:]
     assert os.path.isfile(target / "harness" / "conf" / "config.yaml")
     # -S: no site hooks, so this checkout's editable install cannot stand in for the installed copy;
@@ -22,8 +37,9 @@ def test_an_installed_package_runs_a_sweep_from_another_folder(tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(target), *site.getsitepackages()]), "WANDB_SILENT": "true"}
 
     def python(*args):
-        return subprocess.run([sys.executable, "-S", *args], cwd=elsewhere, env=env, capture_output=True, text=True,
-                              timeout=300)
+        return subprocess.run(
+            [sys.executable, "-S", *args], cwd=elsewhere, env=env, capture_output=True, text=True, timeout=300
+        )
 
     where = python("-c", "import harness; print(harness.__file__)")
     assert where.stdout.strip() == str(target / "harness" / "__init__.py"), where.stderr[-2000:]

@@ -19,21 +19,24 @@ LONG = ["world_size=2", *TINY, "train.steps=100000"]
 
 
 def _run(workdir, how: Interruption, *extra):
-    return run_command([*LONG, *extra], os.path.join(workdir, "run"), deadline_s=120, cwd=workdir,
-                       interruption=how)
+    return run_command([*LONG, *extra], os.path.join(workdir, "run"), deadline_s=120, cwd=workdir, interruption=how)
 
 
-@pytest.mark.parametrize("how,status,line", [
-    # the command's own stop, by Ctrl-C (to the command, or to its foreground group as a terminal
-    # sends it) or by SIGTERM (to the group, or to the command alone as timeout or a supervisor does)
-    (Interruption(signal.SIGINT, "command", 1.0), 130, "stopped: interrupted by SIGINT: the run stopped"),
-    (Interruption(signal.SIGINT, "group", 1.0), 130, "stopped: interrupted by SIGINT: the run stopped"),
-    (Interruption(signal.SIGTERM, "group", 1.0), 143, "stopped: interrupted by SIGTERM: the run stopped"),
-    (Interruption(signal.SIGTERM, "command", 1.0), 143, "stopped: interrupted by SIGTERM: the run stopped"),
-    # a process of the job dies: the job fails, and ends the others
-    (Interruption(signal.SIGKILL, "worker", 1.0), 1, "FAILED dp w=2"),
-    (Interruption(signal.SIGKILL, "server", 1.0), 1, "FAILED dp w=2"),
-], ids=lambda v: str(v) if isinstance(v, Interruption) else None)
+@pytest.mark.parametrize(
+    "how,status,line",
+    [
+        # the command's own stop, by Ctrl-C (to the command, or to its foreground group as a terminal
+        # sends it) or by SIGTERM (to the group, or to the command alone as timeout or a supervisor does)
+        (Interruption(signal.SIGINT, "command", 1.0), 130, "stopped: interrupted by SIGINT: the run stopped"),
+        (Interruption(signal.SIGINT, "group", 1.0), 130, "stopped: interrupted by SIGINT: the run stopped"),
+        (Interruption(signal.SIGTERM, "group", 1.0), 143, "stopped: interrupted by SIGTERM: the run stopped"),
+        (Interruption(signal.SIGTERM, "command", 1.0), 143, "stopped: interrupted by SIGTERM: the run stopped"),
+        # a process of the job dies: the job fails, and ends the others
+        (Interruption(signal.SIGKILL, "worker", 1.0), 1, "FAILED dp w=2"),
+        (Interruption(signal.SIGKILL, "server", 1.0), 1, "FAILED dp w=2"),
+    ],
+    ids=lambda v: str(v) if isinstance(v, Interruption) else None,
+)
 def test_an_interrupted_or_broken_job_ends_with_a_record_one_line_and_no_process_left(workdir, how, status, line):
     # one case also logs to wandb: a run stopped on purpose finishes there with the job's exit code
     with_wandb = how == Interruption(signal.SIGTERM, "command", 1.0)
@@ -42,8 +45,11 @@ def test_an_interrupted_or_broken_job_ends_with_a_record_one_line_and_no_process
     assert outcome.left_over == 0
     assert outcome.seconds < 60
     record = outcome.record
-    assert record is not None and record["status"] == "failed", (outcome.error, outcome.stderr[-8:],
-                                                                 sorted(os.listdir(os.path.join(workdir, "run"))))
+    assert record is not None and record["status"] == "failed", (
+        outcome.error,
+        outcome.stderr[-8:],
+        sorted(os.listdir(os.path.join(workdir, "run"))),
+    )
     if status != 1:
         assert record["interrupted"] == signal.Signals(how.signum).name
         assert f"interrupted by {signal.Signals(how.signum).name}" in record["error"]
@@ -64,8 +70,12 @@ def test_an_interrupted_or_broken_job_ends_with_a_record_one_line_and_no_process
 
 def test_ctrl_c_stops_a_sweep_after_recording_the_job_it_interrupted(workdir):
     sweep = os.path.join(workdir, "sweep")
-    outcome = run_command(["-m", *LONG, "seed=0,1", f"hydra.sweep.dir={sweep}"], deadline_s=120, cwd=workdir,
-                          interruption=Interruption(signal.SIGINT, "group", 1.0))
+    outcome = run_command(
+        ["-m", *LONG, "seed=0,1", f"hydra.sweep.dir={sweep}"],
+        deadline_s=120,
+        cwd=workdir,
+        interruption=Interruption(signal.SIGINT, "group", 1.0),
+    )
     assert outcome.returncode == 130 and outcome.left_over == 0
     jobs = sorted(d for d in os.listdir(sweep) if d[0].isdigit())
     assert jobs == ["0_dp_w2"]  # the second job never started

@@ -18,8 +18,19 @@ from tests.helpers.slurm import cluster_down
 
 def test_two_job_multirun_through_submitit_local(workdir):
     sweep = os.path.join(workdir, "sweep")
-    proc = run_cli(["-m", "hydra/launcher=submitit_local", "strategy=dp,hippie", "world_size=2", *TINY,
-                    "train.micro_batches=2", f"hydra.sweep.dir={sweep}"], cwd=workdir, timeout=400)
+    proc = run_cli(
+        [
+            "-m",
+            "hydra/launcher=submitit_local",
+            "strategy=dp,hippie",
+            "world_size=2",
+            *TINY,
+            "train.micro_batches=2",
+            f"hydra.sweep.dir={sweep}",
+        ],
+        cwd=workdir,
+        timeout=400,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     recs = [json.load(open(p)) for p in glob.glob(os.path.join(sweep, "*", "metrics.json"))]
     assert sorted(r["strategy"] for r in recs) == ["dp", "hippie"] and all(r["status"] == "ok" for r in recs)
@@ -30,23 +41,40 @@ def _start_ranks(env_for_rank, args, cwd):
     procs = []
     for rank in range(2):
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **env_for_rank(rank)}
-        procs.append(subprocess.Popen([sys.executable, "-m", "harness", *args], cwd=cwd, env=env,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "harness", *args],
+                cwd=cwd,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     outs = [p.communicate(timeout=240) for p in procs]
     return procs, outs
 
 
-@pytest.mark.skipif(cluster_down() is None, reason="a Slurm cluster is up: tests/slurm takes every job's ranks "
-                    "from srun for real")
+@pytest.mark.skipif(
+    cluster_down() is None, reason="a Slurm cluster is up: tests/slurm takes every job's ranks from srun for real"
+)
 def test_two_slurm_tasks_form_one_process_group(workdir):
     """Where no Slurm cluster runs the tests marked `slurm`: two commands with the variables srun
     gives each task form one process group, and rank 0 alone reports."""
     run_dir = os.path.join(workdir, "run")
     port = str(free_port())
-    slurm = lambda r: {"SLURM_JOB_ID": "4242", "SLURM_PROCID": str(r), "SLURM_LOCALID": str(r),  # noqa: E731
-                       "SLURM_NTASKS": "2", "SLURM_NODEID": "0", "SLURM_JOB_NUM_NODES": "1",
-                       "SLURM_JOB_NODELIST": "localhost", "SLURM_STEP_NODELIST": "localhost",
-                       "SLURM_TASKS_PER_NODE": "2", "MASTER_PORT": port}
+    slurm = lambda r: {
+        "SLURM_JOB_ID": "4242",
+        "SLURM_PROCID": str(r),
+        "SLURM_LOCALID": str(r),  # noqa: E731
+        "SLURM_NTASKS": "2",
+        "SLURM_NODEID": "0",
+        "SLURM_JOB_NUM_NODES": "1",
+        "SLURM_JOB_NODELIST": "localhost",
+        "SLURM_STEP_NODELIST": "localhost",
+        "SLURM_TASKS_PER_NODE": "2",
+        "MASTER_PORT": port,
+    }
     procs, outs = _start_ranks(slurm, ["world_size=2", *TINY, f"hydra.run.dir={run_dir}"], workdir)
     assert [p.returncode for p in procs] == [0, 0], outs[0][1][-2000:] + outs[1][1][-2000:]
     rec = json.load(open(os.path.join(run_dir, "metrics.json")))
@@ -57,9 +85,26 @@ def test_two_slurm_tasks_form_one_process_group(workdir):
 def test_torchrun_joins_its_process_group(workdir):
     run_dir = os.path.join(workdir, "run")
     torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
-    proc = subprocess.run([torchrun, "--nproc-per-node", "2", "--master-port", str(free_port()), "-m", "harness",
-                           "strategy=hippie", "world_size=2", "train.micro_batches=2", *TINY,
-                           f"hydra.run.dir={run_dir}"], cwd=workdir, capture_output=True, text=True, timeout=240)
+    proc = subprocess.run(
+        [
+            torchrun,
+            "--nproc-per-node",
+            "2",
+            "--master-port",
+            str(free_port()),
+            "-m",
+            "harness",
+            "strategy=hippie",
+            "world_size=2",
+            "train.micro_batches=2",
+            *TINY,
+            f"hydra.run.dir={run_dir}",
+        ],
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     rec = json.load(open(os.path.join(run_dir, "metrics.json")))
     assert rec["status"] == "ok" and rec["strategy"] == "hippie"
@@ -68,9 +113,24 @@ def test_torchrun_joins_its_process_group(workdir):
 
 def test_a_job_started_with_the_wrong_number_of_tasks_is_refused(workdir):
     torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
-    proc = subprocess.run([torchrun, "--nproc-per-node", "2", "--master-port", str(free_port()), "-m", "harness",
-                           "world_size=4", *TINY, f"hydra.run.dir={workdir}/run"], cwd=workdir, capture_output=True,
-                          text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            torchrun,
+            "--nproc-per-node",
+            "2",
+            "--master-port",
+            str(free_port()),
+            "-m",
+            "harness",
+            "world_size=4",
+            *TINY,
+            f"hydra.run.dir={workdir}/run",
+        ],
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode != 0 and "start 4 task(s)" in proc.stderr
 
 
@@ -83,8 +143,10 @@ def _task_of(sweep: str):
     return None
 
 
-@pytest.mark.skipif(cluster_down() is None, reason="a Slurm cluster is up: tests/slurm preempts, requeues and "
-                    "resumes jobs for real, through the same code")
+@pytest.mark.skipif(
+    cluster_down() is None,
+    reason="a Slurm cluster is up: tests/slurm preempts, requeues and resumes jobs for real, through the same code",
+)
 def test_a_preempted_submitit_job_checkpoints_is_requeued_and_resumes_by_itself(workdir, capfd):
     """Where no Slurm cluster runs the tests marked `slurm`: submitit_local on this machine, as
     Slurm would: the job's task gets the preemption signal mid-run (after its first checkpoint),
@@ -95,12 +157,26 @@ def test_a_preempted_submitit_job_checkpoints_is_requeued_and_resumes_by_itself(
     ends where the uninterrupted run ends."""
     sweep = os.path.join(workdir, "sweep")
     steps = 60
-    settings = ["strategy=ashpipe", "strategy.replicas=[1,1]", "strategy.boundaries=[3]", "world_size=2",
-                f"train.steps={steps}", "train.checkpoint_every=10", "train.measure_memory=false",
-                "data.train_size=512", "data.test_size=64", "logger.mode=disabled"]
-    proc = subprocess.Popen([sys.executable, "-m", "harness", "-m", "hydra/launcher=local", *settings,
-                             f"hydra.sweep.dir={sweep}"], cwd=workdir, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    settings = [
+        "strategy=ashpipe",
+        "strategy.replicas=[1,1]",
+        "strategy.boundaries=[3]",
+        "world_size=2",
+        f"train.steps={steps}",
+        "train.checkpoint_every=10",
+        "train.measure_memory=false",
+        "data.train_size=512",
+        "data.test_size=64",
+        "logger.mode=disabled",
+    ]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness", "-m", "hydra/launcher=local", *settings, f"hydra.sweep.dir={sweep}"],
+        cwd=workdir,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
     run_dir = os.path.join(sweep, "0_ashpipe_w2")
     try:
         deadline = time.time() + 240

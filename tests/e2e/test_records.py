@@ -16,8 +16,20 @@ from tests.helpers.wandb_offline import offline_run
 
 def test_a_repeated_sweep_records_its_environment_interleaves_repeats_and_logs_wandb_by_convention(workdir, capfd):
     sweep = os.path.join(workdir, "sweep")
-    proc = run_cli(["-m", "world_size=1,2", "repeat=0,1", *TINY, "logger.mode=offline", "logger.log_every=1", "tag=t1",
-                    f"hydra.sweep.dir={sweep}"], cwd=workdir, timeout=400)
+    proc = run_cli(
+        [
+            "-m",
+            "world_size=1,2",
+            "repeat=0,1",
+            *TINY,
+            "logger.mode=offline",
+            "logger.log_every=1",
+            "tag=t1",
+            f"hydra.sweep.dir={sweep}",
+        ],
+        cwd=workdir,
+        timeout=400,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     jobs = sorted(glob.glob(os.path.join(sweep, "[0-9]*")), key=lambda d: int(os.path.basename(d).split("_")[0]))
     recs = [read(os.path.join(d, "metrics.json")) for d in jobs]  # read() validates against the schema
@@ -56,7 +68,9 @@ def test_a_repeated_sweep_records_its_environment_interleaves_repeats_and_logs_w
         # step metrics as training went, each at its step, and the evaluation
         steps = [row for row in run["history"] if "train/loss" in row]
         assert [row["_step"] for row in steps] == [1, 2, 3, 4, 5]
-        assert all(k in steps[1] for k in ("train/lr", "train/samples_per_s", "train/step_time_s", "train/peak_rss_mib"))
+        assert all(
+            k in steps[1] for k in ("train/lr", "train/samples_per_s", "train/step_time_s", "train/peak_rss_mib")
+        )
         assert any("test/accuracy" in row for row in run["history"])
         # the summary holds what was measured, not what was run
         assert run["summary"]["throughput"] == rec["throughput"] and "model" not in run["summary"]

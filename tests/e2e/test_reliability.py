@@ -15,13 +15,22 @@ def _record(run_dir):
         return json.load(f)
 
 
-@pytest.mark.parametrize("fault,expect", [("raise", "rank 1 raised RuntimeError: injected fault"),
-                                          ("exit", "rank 1 exited with code 3")])
+@pytest.mark.parametrize(
+    "fault,expect", [("raise", "rank 1 raised RuntimeError: injected fault"), ("exit", "rank 1 exited with code 3")]
+)
 def test_a_failing_worker_fails_the_job_with_a_record(workdir, fault, expect, capfd):
     run_dir = os.path.join(workdir, "run")
     t0 = time.time()
-    proc = pipebench(capfd, "run", "world_size=2", *TINY, "train.steps=8", f"launch.fault={fault}",
-                     "launch.fault_step=3", f"hydra.run.dir={run_dir}")
+    proc = pipebench(
+        capfd,
+        "run",
+        "world_size=2",
+        *TINY,
+        "train.steps=8",
+        f"launch.fault={fault}",
+        "launch.fault_step=3",
+        f"hydra.run.dir={run_dir}",
+    )
     assert proc.returncode == 1, proc.stderr[-2000:]
     rec = _record(run_dir)
     assert rec["status"] == "failed" and rec["failed_rank"] == 1 and expect in rec["error"]
@@ -32,9 +41,22 @@ def test_a_failing_worker_fails_the_job_with_a_record(workdir, fault, expect, ca
 def test_a_hung_peer_becomes_an_error_naming_the_rank_and_operation(workdir):
     run_dir = os.path.join(workdir, "run")
     # the hung rank is ended launch.failure_timeout after its peer's timeout names it
-    proc = run_cli(["strategy=hippie", "world_size=2", *TINY, "train.micro_batches=2", "train.steps=8",
-                    "launch.fault=hang", "launch.fault_step=3", "launch.collective_timeout=5",
-                    "launch.failure_timeout=3", f"hydra.run.dir={run_dir}"], cwd=workdir, timeout=120)
+    proc = run_cli(
+        [
+            "strategy=hippie",
+            "world_size=2",
+            *TINY,
+            "train.micro_batches=2",
+            "train.steps=8",
+            "launch.fault=hang",
+            "launch.fault_step=3",
+            "launch.collective_timeout=5",
+            "launch.failure_timeout=3",
+            f"hydra.run.dir={run_dir}",
+        ],
+        cwd=workdir,
+        timeout=120,
+    )
     assert proc.returncode == 1
     rec = _record(run_dir)
     assert rec["status"] == "failed" and rec["failed_rank"] == 0
@@ -45,19 +67,33 @@ def test_a_sweep_goes_on_after_a_failed_job_and_shows_it(workdir, capfd):
     sweep = os.path.join(workdir, "sweep")
     proc = pipebench(capfd, "run", "-m", "world_size=2", *TINY, "launch.fault=none,raise", f"hydra.sweep.dir={sweep}")
     assert proc.returncode == 1  # the sweep ran every job, and says one failed
-    recs = sorted((_record(os.path.join(sweep, d)) for d in os.listdir(sweep) if d[0].isdigit()),
-                  key=lambda r: r["status"])
+    recs = sorted(
+        (_record(os.path.join(sweep, d)) for d in os.listdir(sweep) if d[0].isdigit()), key=lambda r: r["status"]
+    )
     assert [r["status"] for r in recs] == ["failed", "ok"]
     assert "| dp¹ " in proc.stdout and "¹ failed: rank 1 raised RuntimeError" in proc.stdout  # its row, with why
     assert "1 run(s) failed" in proc.stderr
 
 
-@pytest.mark.parametrize("strategy,extra", [("dp", []), ("hippie", ["train.micro_batches=2"]),
-                                            # the asynchronous pipeline drains at each checkpoint
-                                            ("ashpipe", ["strategy.replicas=[1,1]"])])
+@pytest.mark.parametrize(
+    "strategy,extra",
+    [
+        ("dp", []),
+        ("hippie", ["train.micro_batches=2"]),
+        # the asynchronous pipeline drains at each checkpoint
+        ("ashpipe", ["strategy.replicas=[1,1]"]),
+    ],
+)
 def test_an_interrupted_run_resumes_to_the_same_parameters(workdir, strategy, extra, capfd):
-    base = [f"strategy={strategy}", "world_size=2", *TINY, *extra, "train.steps=6", "train.checkpoint_every=3",
-            "seed=0" if strategy == "dp" else "strategy.boundaries=[3]"]
+    base = [
+        f"strategy={strategy}",
+        "world_size=2",
+        *TINY,
+        *extra,
+        "train.steps=6",
+        "train.checkpoint_every=3",
+        "seed=0" if strategy == "dp" else "strategy.boundaries=[3]",
+    ]
     straight, broken, resumed = (os.path.join(workdir, n) for n in ("straight", "broken", "resumed"))
     assert pipebench(capfd, "run", *base, f"hydra.run.dir={straight}").returncode == 0
     crash = pipebench(capfd, "run", *base, "launch.fault=raise", "launch.fault_step=4", f"hydra.run.dir={broken}")
@@ -85,8 +121,12 @@ def test_wandb_failure_keeps_the_local_record_and_no_secret_is_written(workdir):
     run_dir = os.path.join(workdir, "run")
     secret = "sk-test-4f1e9c-do-not-log"
     # online mode with an unusable key and no network: wandb fails, the record stays
-    proc = run_cli([*TINY, "logger.mode=online", f"hydra.run.dir={run_dir}"], cwd=workdir, timeout=180,
-                   env={"WANDB_API_KEY": secret, "WANDB_BASE_URL": "http://127.0.0.1:9", "WANDB_INIT_TIMEOUT": "10"})
+    proc = run_cli(
+        [*TINY, "logger.mode=online", f"hydra.run.dir={run_dir}"],
+        cwd=workdir,
+        timeout=180,
+        env={"WANDB_API_KEY": secret, "WANDB_BASE_URL": "http://127.0.0.1:9", "WANDB_INIT_TIMEOUT": "10"},
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert _record(run_dir)["status"] == "ok"
     assert "warning: starting the wandb run failed" in proc.stderr

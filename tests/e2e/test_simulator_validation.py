@@ -44,8 +44,9 @@ def _in_this_process(args: list[str], cwd: str, run_dir: str | None = None) -> N
 
 def _guard_rows(out: str) -> pd.DataFrame:
     matrix = [c for c in changed_config.configs(("vit_micro",)) if c.label in GUARD]
-    changed_config.run_repeat(os.path.join(out, "repeat0"), matrix, steps=12, cwd=out, log=lambda _: None,
-                              cli=_in_this_process)
+    changed_config.run_repeat(
+        os.path.join(out, "repeat0"), matrix, steps=12, cwd=out, log=lambda _: None, cli=_in_this_process
+    )
     return changed_config.collect(out)
 
 

@@ -48,8 +48,19 @@ def test_measuring_layers_on_the_gpu_leaves_none_there(ctx):
 
 
 def test_a_bf16_run_on_the_gpu_has_cuda_memory_flops_and_mfu(workdir):
-    proc = run_cli(["strategy=dp", "world_size=1", "launch.device=cuda", "train.precision=bf16", "train.steps=8",
-                    "train.eval_samples=256", "logger.mode=disabled", f"hydra.run.dir={workdir}"], cwd=ROOT)
+    proc = run_cli(
+        [
+            "strategy=dp",
+            "world_size=1",
+            "launch.device=cuda",
+            "train.precision=bf16",
+            "train.steps=8",
+            "train.eval_samples=256",
+            "logger.mode=disabled",
+            f"hydra.run.dir={workdir}",
+        ],
+        cwd=ROOT,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     with open(os.path.join(workdir, "metrics.json")) as f:
         record = json.load(f)

@@ -16,8 +16,12 @@ ROOT = os.path.dirname(CONFIG_DIR)
 
 # small enough for 2 cores: a few steps of vit_micro on a small synthetic split
 TINY = [
-    "train.steps=5", "train.warmup_steps=1", "train.global_batch=16",
-    "data.train_size=256", "data.test_size=128", "logger.mode=disabled",
+    "train.steps=5",
+    "train.warmup_steps=1",
+    "train.global_batch=16",
+    "data.train_size=256",
+    "data.test_size=128",
+    "logger.mode=disabled",
 ]
 
 
@@ -35,8 +39,14 @@ def run_cli(args: list[str], cwd: str, timeout: float = 240, verb: str | None = 
     """``pipebench <verb> args`` (``python -m harness``: ``run`` without a verb) as a user would run it,
     in ``cwd``."""
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", "WANDB_SILENT": "true", **(env or {})}
-    return subprocess.run([sys.executable, "-m", "harness", *([verb] if verb else []), *args], cwd=cwd, env=full_env,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "harness", *([verb] if verb else []), *args],
+        cwd=cwd,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def pipebench(capfd, verb: str, *args: str) -> subprocess.CompletedProcess:

@@ -11,8 +11,13 @@ import sys
 
 
 def _inspect(folder: str, *args: str) -> str:
-    done = subprocess.run([sys.executable, "-m", "wandb", "leet", "inspect", "--json", *args, folder],
-                          capture_output=True, text=True, timeout=120, env={**os.environ, "WANDB_SILENT": "true"})
+    done = subprocess.run(
+        [sys.executable, "-m", "wandb", "leet", "inspect", "--json", *args, folder],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "WANDB_SILENT": "true"},
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout
 
@@ -28,6 +33,12 @@ def offline_run(folder: str) -> dict:
     (head,) = [r["run"] for r in records if r.get("type") == "run"]
     history = [r["history"]["item"] for r in records if r.get("type") == "history"]
     files = [os.path.relpath(p, folder) for p in glob.glob(os.path.join(folder, "files", "**", "*"), recursive=True)]
-    return {**run, "job_type": head.get("job_type") or head.get("jobType"), "group": head.get("run_group") or
-            head.get("runGroup"), "history": history, "stats": [r for r in records if r.get("type") == "stats"],
-            "artifacts": [r["artifact"] for r in records if r.get("type") == "artifact"], "files": files}
+    return {
+        **run,
+        "job_type": head.get("job_type") or head.get("jobType"),
+        "group": head.get("run_group") or head.get("runGroup"),
+        "history": history,
+        "stats": [r for r in records if r.get("type") == "stats"],
+        "artifacts": [r["artifact"] for r in records if r.get("type") == "artifact"],
+        "files": files,
+    }

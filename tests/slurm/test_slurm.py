@@ -24,8 +24,15 @@ from tests.helpers.slurm import cluster_down
 pytestmark = pytest.mark.slurm
 
 # the preset as a CPU cluster runs it: no GPUs, two tasks per node (this machine's cores)
-SLURM = ["-m", "hydra/launcher=slurm", "hydra.launcher.gpus_per_node=null", "hydra.launcher.tasks_per_node=2",
-         "hydra.launcher.cpus_per_task=1", "hydra.launcher.timeout_min=10", "launch.device=cpu"]
+SLURM = [
+    "-m",
+    "hydra/launcher=slurm",
+    "hydra.launcher.gpus_per_node=null",
+    "hydra.launcher.tasks_per_node=2",
+    "hydra.launcher.cpus_per_task=1",
+    "hydra.launcher.timeout_min=10",
+    "launch.device=cpu",
+]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -70,11 +77,28 @@ def test_failed_jobs_end_with_a_record_and_the_rest_of_their_array_goes_on(workd
     sweep = os.path.join(workdir, "sweep")
     started = time.time()
     # the straggler (rank 1 from step 3, 0.1 s a step) outlasts the warning; the others are not slowed
-    proc = subprocess.Popen([sys.executable, "-m", "harness", *SLURM, *TINY, "world_size=2", "train.steps=100",
-                             "train.checkpoint_every=10", "hydra.launcher.max_num_timeout=0",
-                             "launch.fault=none,exit,slow", "launch.fault_rank=1", "launch.fault_step=3",
-                             f"hydra.sweep.dir={sweep}"], cwd=workdir, text=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            *SLURM,
+            *TINY,
+            "world_size=2",
+            "train.steps=100",
+            "train.checkpoint_every=10",
+            "hydra.launcher.max_num_timeout=0",
+            "launch.fault=none,exit,slow",
+            "launch.fault_rank=1",
+            "launch.fault_step=3",
+            f"hydra.sweep.dir={sweep}",
+        ],
+        cwd=workdir,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
     try:
         deadline = time.time() + 120
         while not glob.glob(os.path.join(sweep, "2_*", "checkpoints", "step10", "rank1.pt")):
@@ -106,8 +130,9 @@ def _release_requeued() -> None:
     for line in _queue():
         job, _, state = line.split(" ", 2)
         if state.startswith("PENDING"):
-            reason = subprocess.run(["squeue", "-h", "-j", job, "-o", "%r"], capture_output=True, text=True,
-                                    timeout=30).stdout.strip()
+            reason = subprocess.run(
+                ["squeue", "-h", "-j", job, "-o", "%r"], capture_output=True, text=True, timeout=30
+            ).stdout.strip()
             if reason == "BeginTime":
                 subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], capture_output=True, timeout=30)
 
@@ -134,13 +159,24 @@ def _job_logs(sweep: str | None) -> str:
 # trains a step late), each interrupted one way: Hippie requeued by `scontrol requeue` (no warning:
 # it resumes from its periodic checkpoint), AshPipe at its time limit (warned: it stops with a
 # checkpoint, which drains its pipeline, and submitit requeues it)
-RESUMABLE = {"hippie": ["train.micro_batches=2", "strategy.boundaries=[3]"],
-             "ashpipe": ["strategy.replicas=[1,1]", "strategy.boundaries=[3]"]}
+RESUMABLE = {
+    "hippie": ["train.micro_batches=2", "strategy.boundaries=[3]"],
+    "ashpipe": ["strategy.replicas=[1,1]", "strategy.boundaries=[3]"],
+}
 # how each job is launched beyond the preset: AshPipe's with its time limit and a straggler (below)
-LAUNCH = {"hippie": [],
-          "ashpipe": ["hydra.launcher.timeout_min=1", "hydra.launcher.signal_delay_s=10",
-                      "hydra.launcher.max_num_timeout=3", "launch.fault=slow", "launch.fault_rank=0",
-                      "launch.fault_step=0", "launch.fault_sleep_s=0.4", "launch.fault_starts=1"]}
+LAUNCH = {
+    "hippie": [],
+    "ashpipe": [
+        "hydra.launcher.timeout_min=1",
+        "hydra.launcher.signal_delay_s=10",
+        "hydra.launcher.max_num_timeout=3",
+        "launch.fault=slow",
+        "launch.fault_rank=0",
+        "launch.fault_step=0",
+        "launch.fault_sleep_s=0.4",
+        "launch.fault_starts=1",
+    ],
+}
 
 
 def test_jobs_requeued_by_scontrol_and_by_their_time_limit_resume_to_the_same_loss(workdir):
@@ -159,22 +195,29 @@ def test_jobs_requeued_by_scontrol_and_by_their_time_limit_resume_to_the_same_lo
     sweeps = {s: os.path.join(workdir, s) for s in RESUMABLE}
 
     def start(strategy: str, *args: str) -> subprocess.Popen:
-        return subprocess.Popen([sys.executable, "-m", "harness", *args, *settings, f"strategy={strategy}",
-                                 *RESUMABLE[strategy]], cwd=workdir, text=True, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        return subprocess.Popen(
+            [sys.executable, "-m", "harness", *args, *settings, f"strategy={strategy}", *RESUMABLE[strategy]],
+            cwd=workdir,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
 
     procs = {s: start(s, *SLURM, *LAUNCH[s], f"hydra.sweep.dir={sweeps[s]}") for s in RESUMABLE}
     references: dict[str, subprocess.Popen] = {}
     try:
         requeued, deadline = False, time.time() + 240
         while any(p.poll() is None for p in procs.values()):
-            if not requeued and os.path.exists(os.path.join(sweeps["hippie"], "0_hippie_w2", "checkpoints", "step10",
-                                                            "rank1.pt")):
+            if not requeued and os.path.exists(
+                os.path.join(sweeps["hippie"], "0_hippie_w2", "checkpoints", "step10", "rank1.pt")
+            ):
                 (job,) = _job_ids(sweeps["hippie"])
                 _scontrol("requeue", job)
                 requeued = True
-                references = {f"straight_{s}": start(s, "run", f"hydra.run.dir={workdir}/straight_{s}")
-                              for s in RESUMABLE}
+                references = {
+                    f"straight_{s}": start(s, "run", f"hydra.run.dir={workdir}/straight_{s}") for s in RESUMABLE
+                }
             _release_requeued()
             assert time.time() < deadline, _queue()
             time.sleep(0.3)
@@ -183,8 +226,11 @@ def test_jobs_requeued_by_scontrol_and_by_their_time_limit_resume_to_the_same_lo
         for p in [*procs.values(), *references.values()]:
             if p.poll() is None:
                 p.kill()
-    failed = {key: (p.returncode, outputs[key][0][-1500:], outputs[key][1][-1500:], _job_logs(sweeps.get(key)))
-              for key, p in [*procs.items(), *references.items()] if p.returncode != 0}
+    failed = {
+        key: (p.returncode, outputs[key][0][-1500:], outputs[key][1][-1500:], _job_logs(sweeps.get(key)))
+        for key, p in [*procs.items(), *references.items()]
+        if p.returncode != 0
+    }
     assert not failed, failed
     assert requeued and references
     recs = {s: next(iter(_records(sweeps[s]).values())) for s in RESUMABLE}
@@ -214,8 +260,17 @@ def test_a_sweep_is_one_job_array_per_placement_with_ranks_from_srun(workdir):
     on one node each, the job of four across both. Every record ok, the sweep's table written by
     its end."""
     sweep = os.path.join(workdir, "sweep")
-    proc = run_cli([*SLURM, *TINY, "+case=dp_w2,hippie_w2,ci/replicated_dp_w4", "train.micro_batches=2",
-                    f"hydra.sweep.dir={sweep}"], cwd=workdir, timeout=300)
+    proc = run_cli(
+        [
+            *SLURM,
+            *TINY,
+            "+case=dp_w2,hippie_w2,ci/replicated_dp_w4",
+            "train.micro_batches=2",
+            f"hydra.sweep.dir={sweep}",
+        ],
+        cwd=workdir,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     records = _records(sweep)
     assert sorted((r["strategy"], r["world_size"]) for r in records.values()) == [("dp", 2), ("dp", 4), ("hippie", 2)]
@@ -231,8 +286,12 @@ def test_a_sweep_is_one_job_array_per_placement_with_ranks_from_srun(workdir):
     assert sorted(len(members) for members in arrays.values()) == [1, 2], jobs
     placed = {}
     for job in jobs:
-        out = subprocess.run(["sacct", "-X", "-n", "-P", "-j", job, "-o", "NNodes,NodeList,State"],
-                             capture_output=True, text=True, timeout=30).stdout.split()
+        out = subprocess.run(
+            ["sacct", "-X", "-n", "-P", "-j", job, "-o", "NNodes,NodeList,State"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        ).stdout.split()
         assert len(out) == 1 and out[0].endswith("|COMPLETED"), (job, out)
         logs = glob.glob(os.path.join(sweep, ".submitit", job, "*_log.out"))
         tasks = sorted(int(os.path.basename(p).split("_")[-2]) for p in logs)

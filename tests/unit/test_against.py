@@ -19,11 +19,26 @@ from harness.report.tables import load_records
 
 
 def _rec(strategy, throughput, seed=0, world_size=2, steps=100, mem=100 * 2**20):
-    return {"schema_version": SCHEMA_VERSION, "status": "ok", "error": None, "strategy": strategy,
-            "model": "vit_micro", "data": "synthetic", "world_size": world_size, "global_batch": 64,
-            "micro_batches": 4, "throughput": throughput, "step_time_s": 64 / throughput, "peak_memory_bytes": mem,
-            "peak_memory_per_rank": [mem, mem], "accuracy": 0.2, "final_loss": 3.0, "device": "cpu", "seed": seed,
-            "config": {"train": {"steps": steps}}}
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "status": "ok",
+        "error": None,
+        "strategy": strategy,
+        "model": "vit_micro",
+        "data": "synthetic",
+        "world_size": world_size,
+        "global_batch": 64,
+        "micro_batches": 4,
+        "throughput": throughput,
+        "step_time_s": 64 / throughput,
+        "peak_memory_bytes": mem,
+        "peak_memory_per_rank": [mem, mem],
+        "accuracy": 0.2,
+        "final_loss": 3.0,
+        "device": "cpu",
+        "seed": seed,
+        "config": {"train": {"steps": steps}},
+    }
 
 
 def _sweep(folder, runs):
@@ -97,13 +112,17 @@ def test_less_memory_is_an_improvement_not_a_regression(tmp_path):
 
 
 def test_repeats_produce_an_interval_and_single_runs_do_not(tmp_path):
-    single = compare(load_records([_sweep(tmp_path / "a1", [_rec("dp", 100.0)])]),
-                     load_records([_sweep(tmp_path / "b1", [_rec("dp", 110.0)])]))
+    single = compare(
+        load_records([_sweep(tmp_path / "a1", [_rec("dp", 100.0)])]),
+        load_records([_sweep(tmp_path / "b1", [_rec("dp", 110.0)])]),
+    )
     row = single.rows.iloc[0]
     assert row["throughput ratio"] == pytest.approx(100 / 110) and math.isnan(row["throughput low"])
     assert "0.909 |" in render(single, "md") and "[" not in render(single, "md").split("\n\n")[1]
-    repeated = compare(load_records([_sweep(tmp_path / "a3", _repeats("dp", NOISY))]),
-                       load_records([_sweep(tmp_path / "b3", [_rec("dp", 110.0)])]))  # repeats on one side suffice
+    repeated = compare(
+        load_records([_sweep(tmp_path / "a3", _repeats("dp", NOISY))]),
+        load_records([_sweep(tmp_path / "b3", [_rec("dp", 110.0)])]),
+    )  # repeats on one side suffice
     row = repeated.rows.iloc[0]
     assert row["throughput low"] < row["throughput ratio"] < row["throughput high"]
     assert row["runs"] == "A 4, B 1"
@@ -121,7 +140,12 @@ def test_configurations_in_one_sweep_only_are_listed_with_what_kept_them_apart(t
     assert "train.steps (40 in A, 100 in B): --ignore train.steps compares them" in last
     rows = list(csv.DictReader(io.StringIO(render(result, "csv"))))
     assert sorted((r["in"], r["strategy"]) for r in rows) == [
-        ("A only", "gpipe"), ("A only", "hippie"), ("B only", "ashpipe"), ("B only", "gpipe"), ("both", "dp")]
+        ("A only", "gpipe"),
+        ("A only", "hippie"),
+        ("B only", "ashpipe"),
+        ("B only", "gpipe"),
+        ("both", "dp"),
+    ]
     ignoring = compare(load_records([a]), load_records([b]), ignore=("train.steps",))
     assert sorted(ignoring.rows["strategy"]) == ["dp", "gpipe"]
     with pytest.raises(ValueError, match="train.step: not a setting"):
@@ -129,9 +153,20 @@ def test_configurations_in_one_sweep_only_are_listed_with_what_kept_them_apart(t
 
 
 def test_failed_runs_are_not_compared_and_the_table_says_so(tmp_path):
-    boom = failed_record({"strategy": "dp", "model": "vit_micro", "data": "synthetic", "world_size": 2,
-                          "global_batch": 64, "micro_batches": 4, "device": "cpu", "seed": 9,
-                          "config": {"train": {"steps": 100}}}, "rank 1 raised RuntimeError: boom")
+    boom = failed_record(
+        {
+            "strategy": "dp",
+            "model": "vit_micro",
+            "data": "synthetic",
+            "world_size": 2,
+            "global_batch": 64,
+            "micro_batches": 4,
+            "device": "cpu",
+            "seed": 9,
+            "config": {"train": {"steps": 100}},
+        },
+        "rank 1 raised RuntimeError: boom",
+    )
     a = _sweep(tmp_path / "a", _repeats("dp", [100.0, 100.0]) + [boom])
     b = _sweep(tmp_path / "b", _repeats("dp", [100.0, 100.0]))
     result = compare(load_records([a]), load_records([b]))
@@ -160,10 +195,17 @@ def test_the_latex_table_compiles(tmp_path):
     a = _sweep(tmp_path / "a", _repeats("dp", [x * 0.8 for x in NOISY]) + [_rec("hippie", 50.0)])
     b = _sweep(tmp_path / "b", _repeats("dp", NOISY) + [_rec("gpipe", 50.0)])
     body = render(compare(load_records([a]), load_records([b])), "latex")
-    (tmp_path / "t.tex").write_text("\\documentclass{article}\\usepackage{booktabs}\\usepackage[margin=1cm]{geometry}"
-                                     "\\begin{document}\n" + body + "\n\\end{document}\n")
-    done = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "t.tex"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120)
+    (tmp_path / "t.tex").write_text(
+        "\\documentclass{article}\\usepackage{booktabs}\\usepackage[margin=1cm]{geometry}"
+        "\\begin{document}\n" + body + "\n\\end{document}\n"
+    )
+    done = subprocess.run(
+        ["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "t.tex"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stdout[-2000:]
 
 
@@ -179,12 +221,14 @@ def test_the_command_compares_writes_and_refuses_in_one_line(tmp_path, capsys):
     assert sorted(os.listdir(tmp_path / "out")) == ["against.csv", "against.md", "against.tex"]
     assert "3 file(s) written" in capsys.readouterr().err
     os.makedirs(tmp_path / "empty")
-    for args, message in (([a, "--against", str(tmp_path / "missing")], "missing: no such file or folder"),
-                          ([str(tmp_path / "missing"), "--against", b], "missing: no such file or folder"),
-                          ([a, "--against", str(tmp_path / "empty")], "no readable metrics.json under"),
-                          ([a, "--against", b, "--ignore", "train.step"], "train.step: not a setting"),
-                          ([a, "--against", b, "--figures", str(tmp_path / "f")], "--figures draws one sweep's"),
-                          ([a, "--ignore", "train.steps"], "--ignore is for matching configurations")):
+    for args, message in (
+        ([a, "--against", str(tmp_path / "missing")], "missing: no such file or folder"),
+        ([str(tmp_path / "missing"), "--against", b], "missing: no such file or folder"),
+        ([a, "--against", str(tmp_path / "empty")], "no readable metrics.json under"),
+        ([a, "--against", b, "--ignore", "train.step"], "train.step: not a setting"),
+        ([a, "--against", b, "--figures", str(tmp_path / "f")], "--figures draws one sweep's"),
+        ([a, "--ignore", "train.steps"], "--ignore is for matching configurations"),
+    ):
         assert main(["results", *args]) == 2, args
         err = capsys.readouterr().err
         assert err.startswith("error: ") and message in err and len(err.strip().splitlines()) == 1, err

@@ -25,14 +25,26 @@ def test_the_import_contracts_hold():
     assert "0 broken" in proc.stdout
 
 
-@pytest.mark.parametrize("module,line,broken", [
-    ("harness/runtime/partition.py", "from harness.config.spec import RunSpec",
-     "The runtime and planning never import Hydra, the config, strategies or commands BROKEN"),
-    ("harness/commands/bench.py", "from harness.commands.results import main",
-     "Commands do not import each other BROKEN"),
-    ("harness/strategies/hippie.py", "from harness.cli.hydra_app import spec_or_exit",
-     "Strategies never import the commands, the CLI, the run layer or Hydra BROKEN"),
-])
+@pytest.mark.parametrize(
+    "module,line,broken",
+    [
+        (
+            "harness/runtime/partition.py",
+            "from harness.config.spec import RunSpec",
+            "The runtime and planning never import Hydra, the config, strategies or commands BROKEN",
+        ),
+        (
+            "harness/commands/bench.py",
+            "from harness.commands.results import main",
+            "Commands do not import each other BROKEN",
+        ),
+        (
+            "harness/strategies/hippie.py",
+            "from harness.cli.hydra_app import spec_or_exit",
+            "Strategies never import the commands, the CLI, the run layer or Hydra BROKEN",
+        ),
+    ],
+)
 def test_a_wrong_import_breaks_the_contracts(tmp_path, module, line, broken):
     for name in ("harness", "baselines"):
         shutil.copytree(os.path.join(ROOT, name), tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
@@ -63,8 +75,10 @@ def test_the_command_does_not_import_what_only_some_runs_use():
     """A command's own process imports its config, the strategies and torch, not torchvision (the
     CIFAR loader's, 1.8 s with the torch._dynamo it pulls in) nor torch pipelining (the split
     backward's, 1.5 s): every command, refusal and test would pay for them."""
-    code = ("import sys, harness.cli.hydra_app, harness.config.spec; "
-            "print(sorted(m for m in ('torchvision', 'torch.distributed.pipelining') if m in sys.modules))")
+    code = (
+        "import sys, harness.cli.hydra_app, harness.config.spec; "
+        "print(sorted(m for m in ('torchvision', 'torch.distributed.pipelining') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr[-2000:]
 

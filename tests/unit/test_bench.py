@@ -6,16 +6,25 @@ from harness.commands.bench import MICRO_BATCHES, STAGES, configurations, summar
 
 
 def _run(throughput, compute_per_sample_s, bubble_measured=0.3, bubble_analytic=None):
-    return {"status": "ok", "throughput": throughput, "startup_s": 8.0, "compute_per_sample_s": compute_per_sample_s,
-            "bubble_measured": bubble_measured, "bubble_analytic": bubble_analytic}
+    return {
+        "status": "ok",
+        "throughput": throughput,
+        "startup_s": 8.0,
+        "compute_per_sample_s": compute_per_sample_s,
+        "bubble_measured": bubble_measured,
+        "bubble_analytic": bubble_analytic,
+    }
 
 
 def test_a_pipelines_ratio_to_its_bound_is_its_share_of_the_schedule_over_its_compute_inflation():
     analytic = (STAGES - 1) / (MICRO_BATCHES + STAGES - 1)
     runs = {name: [_run(100.0, 0.01)] for name in configurations("vit_micro")}
     runs["dp_w1"] = [_run(100.0, 0.01, 0.0, 0.0)]
-    runs["hippie"] = [_run(120.0, 0.0125, 0.35, analytic), _run(140.0, 0.0125, 0.35, analytic),
-                      _run(130.0, 0.0125, 0.35, analytic)]
+    runs["hippie"] = [
+        _run(120.0, 0.0125, 0.35, analytic),
+        _run(140.0, 0.0125, 0.35, analytic),
+        _run(130.0, 0.0125, 0.35, analytic),
+    ]
     runs["pipelining"] = [_run(110.0, 0.013, 0.4, analytic)]
     s = summarise({"vit_micro": runs})["vit_micro"]
     bound = 2 * 100.0 * (1 - analytic)
@@ -30,13 +39,24 @@ def test_a_pipelines_ratio_to_its_bound_is_its_share_of_the_schedule_over_its_co
 def test_our_best_schedule_is_set_against_torchs_best_and_its_best_at_no_more_memory_per_rank():
     runs = {name: [_run(100.0, 0.01)] for name in configurations("vit_micro")}
     mib = 2**20
-    for name, (speed, peak) in {"hippie": (120.0, 16), "hippie_zb_h1": (125.0, 17), "pipelining": (110.0, 16),
-                                "pipelining_zb1p": (118.0, 17), "pipelining_dualpipev": (140.0, 22)}.items():
+    for name, (speed, peak) in {
+        "hippie": (120.0, 16),
+        "hippie_zb_h1": (125.0, 17),
+        "pipelining": (110.0, 16),
+        "pipelining_zb1p": (118.0, 17),
+        "pipelining_dualpipev": (140.0, 22),
+    }.items():
         runs[name] = [{**_run(speed, 0.01), "peak_memory_bytes": peak * mib}]
     s = summarise({"vit_micro": runs})["vit_micro"]
-    assert s["best"] == {"hippie": "hippie_zb_h1", "torch": "pipelining_dualpipev", "torch at no more memory": "pipelining_zb1p"}
+    assert s["best"] == {
+        "hippie": "hippie_zb_h1",
+        "torch": "pipelining_dualpipev",
+        "torch at no more memory": "pipelining_zb1p",
+    }
     assert s["ratios"]["best hippie schedule / best torch schedule"] == pytest.approx(125.0 / 140.0)
-    assert s["ratios"]["best hippie schedule / best torch schedule at no more memory per rank"] == pytest.approx(125.0 / 118.0)
+    assert s["ratios"]["best hippie schedule / best torch schedule at no more memory per rank"] == pytest.approx(
+        125.0 / 118.0
+    )
     assert s["ratios"]["hippie_zb_h1 / pipelining_zb1p"] == pytest.approx(125.0 / 118.0)
     assert s["ratios"]["best hippie schedule / best peer 1F1B"] == pytest.approx(125.0 / 110.0)
 

@@ -51,16 +51,19 @@ def test_the_generated_reference_pages_equal_what_the_code_generates(capsys):
     assert commands.main(["docs", "--check"]) == 0, capsys.readouterr().err
 
 
-@pytest.mark.parametrize("args,message", [
-    (["trian.steps=10"], "unknown key trian.steps; did you mean train.steps?"),
-    (["+trian.steps=10"], "unknown key trian.steps; did you mean train.steps?"),
-    (["train.lr=fast"], "train.lr=fast: Value 'fast' of type 'str' could not be converted to Float"),
-    (["-m", "train.lr=1e-3,fast"], "train.lr=fast: Value 'fast'"),  # any job of a sweep
-    (["train.steps=["], "cannot read the override 'train.steps=['"),
-    (["+train.steps=3"], "+train.steps: train.steps exists already; drop the '+'"),
-    (["strategy.bogus=1"], "unknown key strategy.bogus"),
-    (["model=vit_nope"], "unknown model 'vit_nope'"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["trian.steps=10"], "unknown key trian.steps; did you mean train.steps?"),
+        (["+trian.steps=10"], "unknown key trian.steps; did you mean train.steps?"),
+        (["train.lr=fast"], "train.lr=fast: Value 'fast' of type 'str' could not be converted to Float"),
+        (["-m", "train.lr=1e-3,fast"], "train.lr=fast: Value 'fast'"),  # any job of a sweep
+        (["train.steps=["], "cannot read the override 'train.steps=['"),
+        (["+train.steps=3"], "+train.steps: train.steps exists already; drop the '+'"),
+        (["strategy.bogus=1"], "unknown key strategy.bogus"),
+        (["model=vit_nope"], "unknown model 'vit_nope'"),
+    ],
+)
 def test_what_hydra_would_refuse_or_ignore_is_refused_in_one_line(args, message, capsys, tmp_path):
     with pytest.raises(SystemExit) as done:
         commands.main(["simulate", *args, f"hydra.run.dir={tmp_path}/run"])  # a verb that starts no worker

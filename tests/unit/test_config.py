@@ -41,10 +41,16 @@ def test_wandb_settings_come_from_the_config_then_the_environment_then_the_defau
         make_spec("logger.mode=sometimes")
 
 
-@pytest.mark.parametrize("override,error", [("train.stepz=3", ConfigKeyError), ("train.steps=many", ValidationError),
-                                            ("world_size=two", ValidationError),
-                                            ("strategy.stages=two", ValidationError),
-                                            ("strategy.no_such_key=1", ConfigKeyError)])
+@pytest.mark.parametrize(
+    "override,error",
+    [
+        ("train.stepz=3", ConfigKeyError),
+        ("train.steps=many", ValidationError),
+        ("world_size=two", ValidationError),
+        ("strategy.stages=two", ValidationError),
+        ("strategy.no_such_key=1", ConfigKeyError),
+    ],
+)
 def test_schema_refuses_misspelt_keys_and_wrong_types(override, error):
     with pytest.raises((ConfigCompositionException, error)):
         compose_config([override])
@@ -83,8 +89,17 @@ EXPECTED_REFUSALS = {
     # torchgpipe needs one partition per device: 16 stages for ViT-B's 14 layers
     ("speedup", "model=vit_base", "world_size=16", "strategy=gpipe"): "exceeds the 14 layers",
     # ZB-V over every GPU at two stages per rank: 16 or 32 stages for ViT-B's 14 layers
-    **{("papers_regime", "model=vit_base", f"world_size={w}", f"cluster={c}", "+case=regime/pipelining_zbv"):
-       "exceeds the 14 layers" for w in (8, 16) for c in ("dgx_nvlink", "pcie_10gbe")},
+    **{
+        (
+            "papers_regime",
+            "model=vit_base",
+            f"world_size={w}",
+            f"cluster={c}",
+            "+case=regime/pipelining_zbv",
+        ): "exceeds the 14 layers"
+        for w in (8, 16)
+        for c in ("dgx_nvlink", "pcie_10gbe")
+    },
 }
 
 
@@ -165,8 +180,15 @@ def test_strategy_classes_come_from_the_yaml_files_target(tmp_path):
 
 
 def test_slurm_preset_composes_with_one_task_per_gpu():
-    cfg = compose_config(["hydra/launcher=slurm", "hydra.launcher.gpus_per_node=4",
-                          "hydra.launcher.partition=gpu", "hydra.launcher.account=proj1"], return_hydra_config=True)
+    cfg = compose_config(
+        [
+            "hydra/launcher=slurm",
+            "hydra.launcher.gpus_per_node=4",
+            "hydra.launcher.partition=gpu",
+            "hydra.launcher.account=proj1",
+        ],
+        return_hydra_config=True,
+    )
     launcher = cfg.hydra.launcher
     assert launcher._target_ == "hydra_plugins.pipebench.WorldSizeSlurmLauncher"
     assert OmegaConf.select(cfg, "hydra.launcher.tasks_per_node") == 4
@@ -192,15 +214,31 @@ def test_each_slurm_job_gets_the_nodes_its_world_size_needs(capsys):
 
 def _declared_rules():
     """(override prefix, strategy or None, field) of every key that declares a closed set or range."""
+
     def walk(cls, prefix):
         for f in dataclasses.fields(cls):
-            if dataclasses.is_dataclass(f.type) or f.name in ("model", "data", "strategy", "logger", "train", "launch",
-                                                               "cluster", "sim"):
+            if dataclasses.is_dataclass(f.type) or f.name in (
+                "model",
+                "data",
+                "strategy",
+                "logger",
+                "train",
+                "launch",
+                "cluster",
+                "sim",
+            ):
                 continue
             if f.metadata:
                 yield prefix, None, f
-    nested = {"model": schema.ModelConfig, "data": schema.DataConfig, "train": schema.TrainConfig,
-              "launch": schema.LaunchConfig, "logger": schema.LoggerConfig, "cluster": schema.ClusterConfig}
+
+    nested = {
+        "model": schema.ModelConfig,
+        "data": schema.DataConfig,
+        "train": schema.TrainConfig,
+        "launch": schema.LaunchConfig,
+        "logger": schema.LoggerConfig,
+        "cluster": schema.ClusterConfig,
+    }
     yield from walk(schema.RunConfig, "")
     for name, cls in nested.items():
         yield from walk(cls, f"{name}.")
@@ -216,37 +254,47 @@ def _bad_value(f):
     return low if above else low - 1
 
 
-@pytest.mark.parametrize("prefix,strategy,f", list(_declared_rules()),
-                         ids=lambda v: v if isinstance(v, str) else getattr(v, "name", str(v)))
+@pytest.mark.parametrize(
+    "prefix,strategy,f", list(_declared_rules()), ids=lambda v: v if isinstance(v, str) else getattr(v, "name", str(v))
+)
 def test_every_closed_set_and_range_is_refused_in_one_place_naming_the_key(prefix, strategy, f):
     overrides = [f"{prefix}{f.name}={_bad_value(f)}"] + ([f"strategy={strategy}"] if strategy else [])
     with pytest.raises(ConfigError, match=rf"^{re.escape(prefix + f.name)}=\S+ (is not one of|must be)"):
         make_spec(*overrides)
 
 
-@pytest.mark.parametrize("overrides,refusal", [
-    (["strategy.schedule=dualpipev", "train.micro_batches=2"], "at least as many microbatches as stages"),
-    (["strategy.schedule=zbv", "strategy.stages_per_rank=3"], "exactly 2 stages per rank"),
-    (["strategy.schedule=1f1b", "strategy.stages_per_rank=2"], "runs one stage per rank"),
-    (["strategy.schedule=interleaved_1f1b", "strategy.stages_per_rank=4"], "= 8 stages exceeds the 6 layers"),
-    (["strategy.schedule=zero_bubble", "world_size=4"], "pytorch/pytorch#144530"),
-    (["strategy.schedule=interleaved_1f1b", "train.micro_batches=3"], "divisible by 1 pipeline replica"),
-    (["strategy.schedule=interleaved", "train.micro_batches=4"], "is not one of gpipe, 1f1b, interleaved_1f1b"),
-])
+@pytest.mark.parametrize(
+    "overrides,refusal",
+    [
+        (["strategy.schedule=dualpipev", "train.micro_batches=2"], "at least as many microbatches as stages"),
+        (["strategy.schedule=zbv", "strategy.stages_per_rank=3"], "exactly 2 stages per rank"),
+        (["strategy.schedule=1f1b", "strategy.stages_per_rank=2"], "runs one stage per rank"),
+        (["strategy.schedule=interleaved_1f1b", "strategy.stages_per_rank=4"], "= 8 stages exceeds the 6 layers"),
+        (["strategy.schedule=zero_bubble", "world_size=4"], "pytorch/pytorch#144530"),
+        (["strategy.schedule=interleaved_1f1b", "train.micro_batches=3"], "divisible by 1 pipeline replica"),
+        (["strategy.schedule=interleaved", "train.micro_batches=4"], "is not one of gpipe, 1f1b, interleaved_1f1b"),
+    ],
+)
 def test_each_pipelining_schedule_refuses_what_it_cannot_run_in_one_line(overrides, refusal):
     with pytest.raises(ConfigError, match=refusal) as e:
         make_spec("strategy=pipelining", "world_size=2", "train.micro_batches=4", *overrides)
     assert "\n" not in str(e.value)
 
 
-@pytest.mark.parametrize("overrides,refusal", [
-    (["strategy.schedule=dualpipev", "train.micro_batches=2"], "at least as many microbatches as stages"),
-    (["strategy.schedule=zbv", "strategy.stages_per_rank=3"], "exactly 2 stages per rank"),
-    (["strategy.schedule=zb_h1", "strategy.stages_per_rank=2"], "runs one stage per rank; set strategy.stages_per_rank=1 "
-     "or use a schedule with several: interleaved_1f1b, looped_bfs, zero_bubble, zbv, dualpipev"),
-    (["strategy.schedule=interleaved_1f1b", "strategy.stages_per_rank=4"], "= 8 stages exceeds the 6 layers"),
-    (["strategy.schedule=async_1f1b"], "is not one of gpipe, 1f1b, zb_h1, interleaved_1f1b"),
-])
+@pytest.mark.parametrize(
+    "overrides,refusal",
+    [
+        (["strategy.schedule=dualpipev", "train.micro_batches=2"], "at least as many microbatches as stages"),
+        (["strategy.schedule=zbv", "strategy.stages_per_rank=3"], "exactly 2 stages per rank"),
+        (
+            ["strategy.schedule=zb_h1", "strategy.stages_per_rank=2"],
+            "runs one stage per rank; set strategy.stages_per_rank=1 "
+            "or use a schedule with several: interleaved_1f1b, looped_bfs, zero_bubble, zbv, dualpipev",
+        ),
+        (["strategy.schedule=interleaved_1f1b", "strategy.stages_per_rank=4"], "= 8 stages exceeds the 6 layers"),
+        (["strategy.schedule=async_1f1b"], "is not one of gpipe, 1f1b, zb_h1, interleaved_1f1b"),
+    ],
+)
 def test_each_schedule_of_our_runtime_refuses_what_it_cannot_run_in_one_line(overrides, refusal):
     with pytest.raises(ConfigError, match=refusal) as e:
         make_spec("strategy=hippie", "world_size=2", "train.micro_batches=4", *overrides)

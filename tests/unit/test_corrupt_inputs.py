@@ -20,11 +20,16 @@ def _checkpoint(folder, model, strategy="dp", ranks=2, **extra):
     """What the worker writes: every rank's parameters (here the whole model's, as DP holds it)."""
     step = folder / "checkpoints" / "step3"
     step.mkdir(parents=True)
-    params = {f"{i}.{n}": p.detach().clone() for i, layer in enumerate(build_layers(model, 0))
-              for n, p in layer.named_parameters()}
+    params = {
+        f"{i}.{n}": p.detach().clone()
+        for i, layer in enumerate(build_layers(model, 0))
+        for n, p in layer.named_parameters()
+    }
     for rank in range(ranks):
-        torch.save({"params": params, "optimizer": {}, "step": 3, "strategy": strategy, "world_size": ranks,
-                    **extra}, step / f"rank{rank}.pt")
+        torch.save(
+            {"params": params, "optimizer": {}, "step": 3, "strategy": strategy, "world_size": ranks, **extra},
+            step / f"rank{rank}.pt",
+        )
     (folder / "checkpoints" / "latest").write_text("step3\n")
     return step
 
@@ -35,13 +40,16 @@ def test_a_checkpoint_of_this_model_and_strategy_passes(tmp_path):
     assert check_checkpoint(str(tmp_path), 2, "dp", parameter_shapes(model)) == str(step)
 
 
-@pytest.mark.parametrize("damage,message", [
-    ("truncate", "cannot be read"),
-    ("zero", "cannot be read"),
-    ("missing", "is missing (this run has 2 rank(s))"),
-    ("strategy", "was written by strategy=hippie, not dp: resume with strategy=hippie"),
-    ("shapes", "holds 0.cls_token of shape"),
-])
+@pytest.mark.parametrize(
+    "damage,message",
+    [
+        ("truncate", "cannot be read"),
+        ("zero", "cannot be read"),
+        ("missing", "is missing (this run has 2 rank(s))"),
+        ("strategy", "was written by strategy=hippie, not dp: resume with strategy=hippie"),
+        ("shapes", "holds 0.cls_token of shape"),
+    ],
+)
 def test_an_unusable_checkpoint_is_refused_in_one_line_naming_the_file(tmp_path, damage, message):
     spec_model = make_spec("world_size=2").model
     if damage == "shapes":  # another model's checkpoint: a wider one
@@ -72,8 +80,9 @@ def test_the_run_spec_refuses_a_corrupt_checkpoint_before_launch(tmp_path):
 
 def test_labels_outside_the_models_classes_are_refused_naming_the_file_and_label(tmp_path):
     images = torch.zeros(8, 3, 32, 32, dtype=torch.uint8).numpy()
-    write_cifar100(str(tmp_path), {"train": (images, [0, 1, 2, 150, 3, 4, 5, 6]), "test": (images, list(range(8)))},
-                   ["a"])
+    write_cifar100(
+        str(tmp_path), {"train": (images, [0, 1, 2, 150, 3, 4, 5, 6]), "test": (images, list(range(8)))}, ["a"]
+    )
     cfg = compose_config(["data=cifar100", f"data.root={tmp_path}", "data.verify_md5=false"]).data
     train = os.path.join(str(tmp_path), "cifar-100-python", "train")
     with pytest.raises(ConfigError, match=f"{train} holds label 150 .*model has 100 classes"):

@@ -43,8 +43,10 @@ def test_replica_slices_partition_the_batch(batch, n):
 def write_fake_cifar100(root: str, n_train: int = 50, n_test: int = 20) -> str:
     """A tiny archive in the official CIFAR-100 python format (pickled dicts, 3072-byte rows)."""
     rng = np.random.default_rng(0)
-    splits = {name: (rng.integers(0, 256, (n, 3, 32, 32), dtype=np.uint8), rng.integers(0, 100, n).tolist())
-              for name, n in (("train", n_train), ("test", n_test))}
+    splits = {
+        name: (rng.integers(0, 256, (n, 3, 32, 32), dtype=np.uint8), rng.integers(0, 100, n).tolist())
+        for name, n in (("train", n_train), ("test", n_test))
+    }
     return write_cifar100(root, splits, [f"c{i}" for i in range(100)])
 
 
@@ -90,7 +92,7 @@ def test_augmented_batches_depend_on_seed_and_step_only_and_crop_and_flip_the_im
     raw = torch.nn.functional.pad(a.train.images[order.indices(5)], (4, 4, 4, 4))
     pixels = ((x * data._STD + data._MEAN) * 255).round().to(torch.uint8)
     for i in range(16):
-        crops = [raw[i, :, t:t + 32, l:l + 32] for t in range(9) for l in range(9)]
+        crops = [raw[i, :, t : t + 32, l : l + 32] for t in range(9) for l in range(9)]
         assert any(torch.equal(c, pixels[i]) or torch.equal(c.flip(-1), pixels[i]) for c in crops), i
     assert not load(DataConfig(name="synthetic", train_size=200, test_size=50), seed=3).augment  # off by default
 

@@ -38,8 +38,9 @@ def test_a_block_is_counted_as_its_matrix_products():
 
 
 def test_flops_scale_with_the_batch():
-    assert [f * 4 for pair in layer_flops(MICRO, 2, 32) for f in pair] == \
-        [f for pair in layer_flops(MICRO, 8, 32) for f in pair]
+    assert [f * 4 for pair in layer_flops(MICRO, 2, 32) for f in pair] == [
+        f for pair in layer_flops(MICRO, 8, 32) for f in pair
+    ]
 
 
 def test_recomputation_counts_in_hfu_not_mfu():
@@ -51,10 +52,19 @@ def test_recomputation_counts_in_hfu_not_mfu():
     assert utilisation(flops, {}, None, 2, 100.0)["mfu"] is None
 
 
-@pytest.mark.parametrize("name,precision,peak", [
-    ("NVIDIA H100 80GB HBM3", "bf16", 989e12), ("NVIDIA H100 PCIe", "bf16", 756e12), ("NVIDIA H200", "fp32", 67e12),
-    ("NVIDIA A100-SXM4-80GB", "bf16", 312e12), ("NVIDIA L40S", "bf16", 362e12), ("NVIDIA L4", "bf16", 121e12),
-    ("Tesla V100-SXM2-32GB", "bf16", None), ("Some Future GPU", "bf16", None)])
+@pytest.mark.parametrize(
+    "name,precision,peak",
+    [
+        ("NVIDIA H100 80GB HBM3", "bf16", 989e12),
+        ("NVIDIA H100 PCIe", "bf16", 756e12),
+        ("NVIDIA H200", "fp32", 67e12),
+        ("NVIDIA A100-SXM4-80GB", "bf16", 312e12),
+        ("NVIDIA L40S", "bf16", 362e12),
+        ("NVIDIA L4", "bf16", 121e12),
+        ("Tesla V100-SXM2-32GB", "bf16", None),
+        ("Some Future GPU", "bf16", None),
+    ],
+)
 def test_gpu_peaks_come_from_the_datasheet_table_or_not_at_all(name, precision, peak):
     value, source = gpu_peak(name, precision)
     assert value == peak and name in source

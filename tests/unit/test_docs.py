@@ -11,8 +11,12 @@ MKDOCS = os.path.join(os.path.dirname(sys.executable), "mkdocs")
 
 def test_the_documentation_builds_strict(tmp_path):
     """mkdocs --strict: every page in the navigation, every link resolving."""
-    proc = subprocess.run([MKDOCS, "build", "--strict", "--quiet", "-f", os.path.join(ROOT, "mkdocs.yml"),
-                           "-d", str(tmp_path / "site")], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [MKDOCS, "build", "--strict", "--quiet", "-f", os.path.join(ROOT, "mkdocs.yml"), "-d", str(tmp_path / "site")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert (tmp_path / "site" / "reference" / "configuration" / "index.html").is_file()
 
@@ -31,6 +35,10 @@ def test_every_docs_page_is_in_the_navigation():
     import yaml
 
     nav = str(yaml.safe_load(open(os.path.join(ROOT, "mkdocs.yml")))["nav"])
-    pages = [os.path.relpath(os.path.join(d, f), os.path.join(ROOT, "docs"))
-             for d, _, files in os.walk(os.path.join(ROOT, "docs")) for f in files if f.endswith(".md")]
+    pages = [
+        os.path.relpath(os.path.join(d, f), os.path.join(ROOT, "docs"))
+        for d, _, files in os.walk(os.path.join(ROOT, "docs"))
+        for f in files
+        if f.endswith(".md")
+    ]
     assert pages and all(p in nav for p in pages), [p for p in pages if p not in nav]

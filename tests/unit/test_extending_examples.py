@@ -26,8 +26,8 @@ def restored(monkeypatch):
 
 
 def test_the_strategy_example_is_one_file_and_one_yaml_the_registry_finds(tmp_path, monkeypatch):
-    source, = code_blocks("extending/strategy.md", "python")
-    yaml, = code_blocks("extending/strategy.md", "yaml")
+    (source,) = code_blocks("extending/strategy.md", "python")
+    (yaml,) = code_blocks("extending/strategy.md", "yaml")
     conf = tmp_path / "conf"
     shutil.copytree(CONFIG_DIR, conf)
     (conf / "strategy" / "allreduce_dp.yaml").write_text(yaml)
@@ -36,6 +36,7 @@ def test_the_strategy_example_is_one_file_and_one_yaml_the_registry_finds(tmp_pa
     (package / "allreduce_dp.py").write_text(source)
     # the example's module where its yaml says, beside the installed harness (a namespace extension)
     import harness.strategies
+
     monkeypatch.setattr(harness.strategies, "__path__", [*harness.strategies.__path__, str(package)])
     monkeypatch.delitem(sys.modules, "harness.strategies.allreduce_dp", raising=False)
     found = strategy_classes.__wrapped__(str(conf))
@@ -53,8 +54,9 @@ def test_the_schedule_example_registers_a_schedule_hippie_accepts(restored):
     assert kind.analytic_bubble(3, 1, 4) == pytest.approx(2 / 6)
     from tests.helpers.cli import make_spec
 
-    spec = make_spec("strategy=hippie", "world_size=2", "strategy.schedule=fill_drain_in_order",
-                     "train.micro_batches=4")
+    spec = make_spec(
+        "strategy=hippie", "world_size=2", "strategy.schedule=fill_drain_in_order", "train.micro_batches=4"
+    )
     assert spec.strategy_cls.replayed_schedule(spec, 2)[0] == kind.lists(2, 1, 4)
 
 

@@ -11,10 +11,21 @@ from harness.report.tables import load_raw
 
 def _run(strategy, seed, curve, world_size=2, variant=None, **extra):
     """A record with an accuracy curve of (step, accuracy, elapsed seconds) points; the last is final."""
-    return {"status": "ok", "strategy": strategy, "variant": variant, "seed": seed, "world_size": world_size,
-            "model": "vit_micro", "data": "synthetic", "global_batch": 64, "steps": 300, "precision": "fp32",
-            "accuracy": curve[-1][1], **extra,
-            "accuracy_curve": [{"step": s, "accuracy": a, "elapsed_s": t} for s, a, t in curve]}
+    return {
+        "status": "ok",
+        "strategy": strategy,
+        "variant": variant,
+        "seed": seed,
+        "world_size": world_size,
+        "model": "vit_micro",
+        "data": "synthetic",
+        "global_batch": 64,
+        "steps": 300,
+        "precision": "fp32",
+        "accuracy": curve[-1][1],
+        **extra,
+        "accuracy_curve": [{"step": s, "accuracy": a, "elapsed_s": t} for s, a, t in curve],
+    }
 
 
 def test_each_configuration_is_judged_against_the_dp_run_of_its_seed():
@@ -31,8 +42,15 @@ def test_each_configuration_is_judged_against_the_dp_run_of_its_seed():
     ]
     table = against_reference(records).set_index("configuration")
     # two models in the records: each row names what sets its pairing apart
-    dp, two, three, tiny = (table.loc[f"{s}, {w} workers [{m}]"] for s, w, m in (
-        ("dp", 2, "vit_micro"), ("ashpipe", 2, "vit_micro"), ("ashpipe", 3, "vit_micro"), ("dp", 2, "vit_tiny")))
+    dp, two, three, tiny = (
+        table.loc[f"{s}, {w} workers [{m}]"]
+        for s, w, m in (
+            ("dp", 2, "vit_micro"),
+            ("ashpipe", 2, "vit_micro"),
+            ("ashpipe", 3, "vit_micro"),
+            ("dp", 2, "vit_tiny"),
+        )
+    )
     assert tiny["seeds"] == 1 and tiny["top1"] == pytest.approx(90)
     # DP reaches its own target of seed 0 at its last step (30 s), of seed 1 at step 200 (24 s)
     assert dp["reached"] == "2/2" and dp["steps"] == 250 and dp["seconds"] == pytest.approx(27.0)
@@ -53,7 +71,9 @@ def test_no_table_without_two_seeds_paired_with_dp():
     assert against_reference([_run("hippie", s, [(300, 0.5, 3.0)]) for s in (0, 1)]) is None  # no DP
 
 
-@pytest.mark.parametrize("study", ["accuracy", "accuracy_digits", "accuracy_paper", "accuracy_paper_digits", "finetune_digits"])
+@pytest.mark.parametrize(
+    "study", ["accuracy", "accuracy_digits", "accuracy_paper", "accuracy_paper_digits", "finetune_digits"]
+)
 def test_the_committed_paired_tables_are_what_the_command_writes(study):
     folder = os.path.join(os.path.dirname(__file__), "..", "..", "results", study)
     with open(os.path.join(folder, "paired.md")) as f:
@@ -75,9 +95,12 @@ def test_runs_pair_with_dp_from_the_same_starting_weights():
 
 
 def test_a_rate_sweep_pairs_each_rate_with_dp_at_that_rate():
-    records = [_run(strategy, seed, [(300, top1 + seed / 100, 30.0)], config={"train": {"lr": lr}})
-               for lr, dp, pipeline in ((0.1, 0.50, 0.45), (0.3, 0.80, 0.60))
-               for strategy, top1 in (("dp", dp), ("ashpipe", pipeline)) for seed in (0, 1)]
+    records = [
+        _run(strategy, seed, [(300, top1 + seed / 100, 30.0)], config={"train": {"lr": lr}})
+        for lr, dp, pipeline in ((0.1, 0.50, 0.45), (0.3, 0.80, 0.60))
+        for strategy, top1 in (("dp", dp), ("ashpipe", pipeline))
+        for seed in (0, 1)
+    ]
     table = against_reference(records).set_index("configuration")
     assert table.loc["ashpipe, 2 workers [lr=0.1]"]["delta"] == pytest.approx(-5)
     assert table.loc["ashpipe, 2 workers [lr=0.3]"]["delta"] == pytest.approx(-20)

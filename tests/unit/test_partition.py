@@ -20,8 +20,10 @@ def _brute_force(costs, stages):
     return best[0]
 
 
-@pytest.mark.parametrize("costs,stages", [([1, 2, 3, 4, 5, 6], 2), ([5, 1, 1, 1, 1, 5], 3), ([3, 1, 4, 1, 5, 9, 2, 6], 4),
-                                          ([1] * 6, 6), ([10, 1, 1], 2)])
+@pytest.mark.parametrize(
+    "costs,stages",
+    [([1, 2, 3, 4, 5, 6], 2), ([5, 1, 1, 1, 1, 5], 3), ([3, 1, 4, 1, 5, 9, 2, 6], 4), ([1] * 6, 6), ([10, 1, 1], 2)],
+)
 def test_balanced_boundaries_minimise_the_slowest_stage(costs, stages):
     b = balanced_boundaries(costs, stages)
     assert len(b) == stages - 1
@@ -59,8 +61,10 @@ def test_recompute_rules():
 
 
 def _profile(costs, params, out_bytes=1000, bandwidth=1e9):
-    layers = [LayerProfile(f"L{i}", c / 3, 2 * c / 3, out_bytes, 4 * out_bytes, out_bytes, p)
-              for i, (c, p) in enumerate(zip(costs, params))]
+    layers = [
+        LayerProfile(f"L{i}", c / 3, 2 * c / 3, out_bytes, 4 * out_bytes, out_bytes, p)
+        for i, (c, p) in enumerate(zip(costs, params))
+    ]
     return Profile(layers, Network(bandwidth, bandwidth, 0.0), "cpu", 1)
 
 
@@ -74,18 +78,23 @@ def _brute_force_plan(profile, world, batch, memory_limit):
             for reps in itertools.product(range(1, world + 1), repeat=S):
                 if sum(reps) != world:
                     continue
-                stages = [stage_cost(profile, a, b, m, S - s, batch, memory_limit)
-                          for s, (a, b, m) in enumerate(zip(edges, edges[1:], reps))]
+                stages = [
+                    stage_cost(profile, a, b, m, S - s, batch, memory_limit)
+                    for s, (a, b, m) in enumerate(zip(edges, edges[1:], reps))
+                ]
                 if all(stages):
                     best = min(best, max(st.time_s for st in stages))
     return best
 
 
-@pytest.mark.parametrize("costs,params,world,limit", [
-    ([1.0, 4.0, 4.0, 1.0], [100, 100, 100, 100], 4, None),
-    ([3.0, 1.0, 1.0, 1.0, 2.0], [5e8, 1e6, 1e6, 1e6, 1e6], 5, None),  # a heavy all-reduce on layer 0
-    ([1.0, 1.0, 1.0, 1.0], [1e3, 1e3, 1e3, 1e3], 3, 30_000.0),  # memory forces replicas/recompute
-])
+@pytest.mark.parametrize(
+    "costs,params,world,limit",
+    [
+        ([1.0, 4.0, 4.0, 1.0], [100, 100, 100, 100], 4, None),
+        ([3.0, 1.0, 1.0, 1.0, 2.0], [5e8, 1e6, 1e6, 1e6, 1e6], 5, None),  # a heavy all-reduce on layer 0
+        ([1.0, 1.0, 1.0, 1.0], [1e3, 1e3, 1e3, 1e3], 3, 30_000.0),  # memory forces replicas/recompute
+    ],
+)
 def test_planner_finds_the_hand_checked_optimum(costs, params, world, limit):
     profile = _profile(costs, params)
     chosen = plan(profile, world, global_batch=8, memory_limit=limit)

@@ -23,6 +23,7 @@ def test_a_requeue_whose_scontrol_slurm_ends_is_a_requeue_and_a_refused_one_an_e
     included (seen in CI): submitit's handler then fails with the signal's status, and the task
     must end as a requeued one does (no result written), not with the error. A requeue that
     scontrol refuses stays an error."""
+
     def killed_by_the_requeue(signum, frame):
         raise subprocess.CalledProcessError(-signal.SIGTERM, ["scontrol", "requeue", "42"])
 

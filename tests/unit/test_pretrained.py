@@ -62,14 +62,17 @@ def test_a_classifier_for_other_classes_keeps_the_models_own(tmp_path):
     assert set(parameter_shapes(cfg)) - set(weights) == {f"{head}.head.weight", f"{head}.head.bias"}
 
 
-@pytest.mark.parametrize("make,message", [
-    (lambda p, cfg: None, "does not exist"),
-    (lambda p, cfg: p.write_bytes(b"not a torch file"), "cannot be read: not a whole file"),
-    (lambda p, cfg: _cut_short(p, cfg), "cannot be read: not a whole file"),
-    (lambda p, cfg: _timm_file(p, cfg, depth=cfg.depth - 1), "has no such weight for blocks."),
-    (lambda p, cfg: _timm_file(p, cfg, embed_dim=32), "has shape (1, 1, 32) for cls_token"),
-    (lambda p, cfg: torch.save({"model": 1}, p), "holds model"),
-])
+@pytest.mark.parametrize(
+    "make,message",
+    [
+        (lambda p, cfg: None, "does not exist"),
+        (lambda p, cfg: p.write_bytes(b"not a torch file"), "cannot be read: not a whole file"),
+        (lambda p, cfg: _cut_short(p, cfg), "cannot be read: not a whole file"),
+        (lambda p, cfg: _timm_file(p, cfg, depth=cfg.depth - 1), "has no such weight for blocks."),
+        (lambda p, cfg: _timm_file(p, cfg, embed_dim=32), "has shape (1, 1, 32) for cls_token"),
+        (lambda p, cfg: torch.save({"model": 1}, p), "holds model"),
+    ],
+)
 def test_weights_it_cannot_use_are_refused_in_one_line_naming_the_file(tmp_path, make, message):
     cfg = _model_cfg("vit_micro")
     path = tmp_path / "weights.pt"

@@ -18,8 +18,9 @@ def test_the_licence_file_matches_the_package_metadata():
 
 def test_the_citation_file_is_valid_and_cites_both_methods():
     cffconvert = os.path.join(os.path.dirname(sys.executable), "cffconvert")
-    proc = subprocess.run([cffconvert, "--validate", "-i", os.path.join(ROOT, "CITATION.cff")], capture_output=True,
-                          text=True, timeout=60)
+    proc = subprocess.run(
+        [cffconvert, "--validate", "-i", os.path.join(ROOT, "CITATION.cff")], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     text = open(os.path.join(ROOT, "CITATION.cff")).read()
     assert "AshPipe" in text and "Hippie" in text and "license: Apache-2.0" in text

@@ -10,8 +10,7 @@ def test_one_fitted_fraction_predicts_another_model_and_zero_bubbles_gain_over_1
     assert 0.2 < fraction <= 1.0
     model, m, column = published.FIT_ON
     fitted = next(p for p in published.TABLE if (p.model, p.micro_batches) == (model, m))
-    assert published.predicted(fitted, column, fraction) == pytest.approx(
-        fitted.samples_per_gpu_s[column], rel=0.01)
+    assert published.predicted(fitted, column, fraction) == pytest.approx(fitted.samples_per_gpu_s[column], rel=0.01)
     other = next(p for p in published.TABLE if (p.model, p.micro_batches) == ("1.5B", 24))
     ours = {c: published.predicted(other, c, fraction) for c in published.SCHEDULES}
     paper = other.samples_per_gpu_s
@@ -27,9 +26,19 @@ def test_the_verdict_counts_every_pair_of_schedules_of_a_configuration():
 
     from harness.commands.validate import published_verdict
 
-    rows = pd.DataFrame([{"model": "x", "micro_batches": 4, "schedule": s, "published": pub, "predicted": pred,
-                          "error": pred / pub - 1} for s, pub, pred in (("a", 1.0, 1.0), ("b", 2.0, 2.0),
-                                                                        ("c", 1.0, 1.2))])
+    rows = pd.DataFrame(
+        [
+            {
+                "model": "x",
+                "micro_batches": 4,
+                "schedule": s,
+                "published": pub,
+                "predicted": pred,
+                "error": pred / pub - 1,
+            }
+            for s, pub, pred in (("a", 1.0, 1.0), ("b", 2.0, 2.0), ("c", 1.0, 1.2))
+        ]
+    )
     result = published_verdict(rows)
     assert result["ratios"] == 3 and result["ratios within 10%"] == 1 and not result["targets met"]
     assert result["largest ratio error"]["pair"] in ("a / c", "b / c")

@@ -16,18 +16,37 @@ from harness.report.tables import FORMATS, comparison, load_records, render
 
 
 def _rec(strategy, world_size, throughput, mem, model="vit_micro", status="ok", error=None):
-    return {"schema_version": SCHEMA_VERSION, "status": status, "error": error, "strategy": strategy, "model": model, "data": "synthetic",
-            "world_size": world_size, "global_batch": 64, "micro_batches": 4, "throughput": throughput,
-            "step_time_s": 64 / throughput if throughput else None, "peak_memory_bytes": mem,
-            "peak_memory_per_rank": [mem, mem], "accuracy": 0.2, "final_loss": 3.0, "device": "cpu"}
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "status": status,
+        "error": error,
+        "strategy": strategy,
+        "model": model,
+        "data": "synthetic",
+        "world_size": world_size,
+        "global_batch": 64,
+        "micro_batches": 4,
+        "throughput": throughput,
+        "step_time_s": 64 / throughput if throughput else None,
+        "peak_memory_bytes": mem,
+        "peak_memory_per_rank": [mem, mem],
+        "accuracy": 0.2,
+        "final_loss": 3.0,
+        "device": "cpu",
+    }
 
 
 @pytest.fixture
 def sweep(tmp_path):
-    recs = [_rec("dp", 2, 100.0, 200), _rec("hippie", 2, 150.0, 100),
-            failed_record({"strategy": "ashpipe", "model": "vit_micro", "data": "synthetic", "world_size": 2,
-                           "global_batch": 64}, "rank 1 raised RuntimeError: boom"),
-            _rec("hippie", 4, 300.0, 50, model="vit_tiny")]
+    recs = [
+        _rec("dp", 2, 100.0, 200),
+        _rec("hippie", 2, 150.0, 100),
+        failed_record(
+            {"strategy": "ashpipe", "model": "vit_micro", "data": "synthetic", "world_size": 2, "global_batch": 64},
+            "rank 1 raised RuntimeError: boom",
+        ),
+        _rec("hippie", 4, 300.0, 50, model="vit_tiny"),
+    ]
     for i, r in enumerate(recs):
         write(str(tmp_path / str(i)), r)
     return str(tmp_path)
@@ -123,8 +142,11 @@ def test_interval_and_mlperf_rule():
 
 def test_a_foreign_or_old_file_is_named_in_one_line_and_skipped(tmp_path, capsys):
     write(str(tmp_path / "ours"), _rec("dp", 2, 100.0, 200))
-    for name, content in (("old", '{"status": "ok", "strategy": "dp"}'), ("other", '{"loss": [1, 2]}'),
-                          ("future", '{"schema_version": 99, "status": "ok"}')):
+    for name, content in (
+        ("old", '{"status": "ok", "strategy": "dp"}'),
+        ("other", '{"loss": [1, 2]}'),
+        ("future", '{"schema_version": 99, "status": "ok"}'),
+    ):
         os.makedirs(tmp_path / name)
         (tmp_path / name / "metrics.json").write_text(content)
     df = load_records([str(tmp_path)])
@@ -146,20 +168,50 @@ def test_records_are_validated_when_written_and_read(tmp_path):
 def test_figures_are_drawn_from_records(tmp_path):
     from harness.report.figures import all_figures
 
-    rec = {**_rec("hippie", 2, 150.0, 100), "loss_curve": [[0, 4.6], [1, 4.4]],
-           "accuracy_curve": [{"step": 2, "accuracy": 0.1, "loss": 4.0}],
-           "per_rank": [{"rank": 0, "layout": {"stage": 0}, "events": [["F0", 10.0, 10.01], ["RECV_B0", 10.01, 10.02],
-                                                                         ["B0*", 10.02, 10.04], ["STEP", 10.04, 10.05]]},
-                        {"rank": 1, "layout": {"stage": 1}, "events": [["RECV_F0", 10.0, 10.01], ["F0", 10.01, 10.02],
-                                                                         ["B0*", 10.02, 10.03], ["SEND_B0", 10.03, 10.031]]}]}
-    profiled = {**_rec("pipelining", 2, 120.0, 100), "variant": "gpipe",
-                "per_rank": [{"rank": r, "layout": {"stage": r}, "profiled_spans": [["F", 5.0 + r, 5.01 + r],
-                                                                                    ["B", 5.02 + r, 5.04 + r]]}
-                             for r in (0, 1)]}
+    rec = {
+        **_rec("hippie", 2, 150.0, 100),
+        "loss_curve": [[0, 4.6], [1, 4.4]],
+        "accuracy_curve": [{"step": 2, "accuracy": 0.1, "loss": 4.0}],
+        "per_rank": [
+            {
+                "rank": 0,
+                "layout": {"stage": 0},
+                "events": [
+                    ["F0", 10.0, 10.01],
+                    ["RECV_B0", 10.01, 10.02],
+                    ["B0*", 10.02, 10.04],
+                    ["STEP", 10.04, 10.05],
+                ],
+            },
+            {
+                "rank": 1,
+                "layout": {"stage": 1},
+                "events": [
+                    ["RECV_F0", 10.0, 10.01],
+                    ["F0", 10.01, 10.02],
+                    ["B0*", 10.02, 10.03],
+                    ["SEND_B0", 10.03, 10.031],
+                ],
+            },
+        ],
+    }
+    profiled = {
+        **_rec("pipelining", 2, 120.0, 100),
+        "variant": "gpipe",
+        "per_rank": [
+            {"rank": r, "layout": {"stage": r}, "profiled_spans": [["F", 5.0 + r, 5.01 + r], ["B", 5.02 + r, 5.04 + r]]}
+            for r in (0, 1)
+        ],
+    }
     paths = all_figures([rec, _rec("dp", 2, 100.0, 200), profiled], str(tmp_path))
     names = {os.path.basename(p) for p in paths}
-    for stem in ("throughput_vs_workers", "memory_per_rank", "curves", "timeline_hippie_w2",
-                 "timeline_profiled_pipelining_gpipe_w2"):
+    for stem in (
+        "throughput_vs_workers",
+        "memory_per_rank",
+        "curves",
+        "timeline_hippie_w2",
+        "timeline_profiled_pipelining_gpipe_w2",
+    ):
         assert {f"{stem}.png", f"{stem}.pdf"} <= names
     assert all(os.path.getsize(p) > 1000 for p in paths)
 
@@ -168,19 +220,34 @@ def test_a_schedule_two_runtimes_ran_is_drawn_once_with_both_runs_on_one_axis(tm
     from harness.report.figures import schedule_timelines
 
     def run(strategy, start, schedule="zbv", recompute="none"):
-        return {**_rec(strategy, 2, 100.0, 100), "model": "vit_micro",
-                "config": {"strategy": {"name": strategy, "schedule": schedule, "stages_per_rank": 2,
-                                        "recompute": recompute}},
-                "per_rank": [{"rank": r, "layout": {"stage": r, "stages": [r, 3 - r]},
-                              "profiled_spans": [["F", start + r, start + r + 0.01], ["W", start + 0.02, start + 0.05]]}
-                             for r in (0, 1)]}
+        return {
+            **_rec(strategy, 2, 100.0, 100),
+            "model": "vit_micro",
+            "config": {
+                "strategy": {"name": strategy, "schedule": schedule, "stages_per_rank": 2, "recompute": recompute}
+            },
+            "per_rank": [
+                {
+                    "rank": r,
+                    "layout": {"stage": r, "stages": [r, 3 - r]},
+                    "profiled_spans": [["F", start + r, start + r + 0.01], ["W", start + 0.02, start + 0.05]],
+                }
+                for r in (0, 1)
+            ],
+        }
 
-    runs = [run("hippie", 10.0), run("pipelining", 500.0), run("pipelining", 9.0, "interleaved_1f1b"),
-            run("hippie", 7.0, recompute="all")]
+    runs = [
+        run("hippie", 10.0),
+        run("pipelining", 500.0),
+        run("pipelining", 9.0, "interleaved_1f1b"),
+        run("hippie", 7.0, recompute="all"),
+    ]
     paths = schedule_timelines(runs, str(tmp_path))
     # zbv ran by both runtimes without recomputation; interleaved and zbv with recomputation by one only
-    assert sorted(os.path.basename(p) for p in paths) == ["timeline_schedule_zbv_v2_w2.pdf",
-                                                          "timeline_schedule_zbv_v2_w2.png"]
+    assert sorted(os.path.basename(p) for p in paths) == [
+        "timeline_schedule_zbv_v2_w2.pdf",
+        "timeline_schedule_zbv_v2_w2.png",
+    ]
 
 
 def test_wandb_offline_folder_is_a_source(tmp_path):
@@ -196,21 +263,40 @@ def test_only_runs_of_one_configuration_are_aggregated(tmp_path):
     """Two settings the table's columns do not show (here Hippie's stage count) stay two rows;
     two seeds of one setting become one row with an interval."""
     for name, stages, seed in (("a", 2, 0), ("b", 2, 1), ("c", 4, 0)):
-        write(str(tmp_path / name), {**_rec("hippie", 4, 100.0 + seed, 50), "seed": seed,
-                                     "config": {"strategy": {"name": "hippie", "stages": stages}}})
+        write(
+            str(tmp_path / name),
+            {
+                **_rec("hippie", 4, 100.0 + seed, 50),
+                "seed": seed,
+                "config": {"strategy": {"name": "hippie", "stages": stages}},
+            },
+        )
     md = render(load_records([str(tmp_path)]), "md")
     rows = [line for line in md.splitlines() if line.startswith("| hippie")]
     assert len(rows) == 2 and sum("2/2 ok" in r for r in rows) == 1 and sum("1/1 ok" in r for r in rows) == 1
 
 
 def test_blocks_keep_their_order_share_the_dp_reference_and_crowded_speed_is_marked(tmp_path):
-    recs = [{**_rec("dp", 2, 100.0, 200), "block": "speed", "replicas": [2]},
-            {**_rec("hippie", 2, 80.0, 100), "block": "speed", "replicas": [1, 1], "boundaries": [3]},
-            {**_rec("hippie", 2, 60.0, 50), "block": "memory", "replicas": [1, 1], "boundaries": [3],
-             "variant": "recompute=auto"},
-            {**_rec("dp", 4, 90.0, 100), "block": "replicated", "speed_comparable": False, "workers_on_host": 4,
-             "threads_per_worker": 1, "host_cores": 2},
-            {**_rec("ashpipe", 4, 95.0, 100), "block": "replicated", "replicas": [1, 3], "boundaries": [2]}]
+    recs = [
+        {**_rec("dp", 2, 100.0, 200), "block": "speed", "replicas": [2]},
+        {**_rec("hippie", 2, 80.0, 100), "block": "speed", "replicas": [1, 1], "boundaries": [3]},
+        {
+            **_rec("hippie", 2, 60.0, 50),
+            "block": "memory",
+            "replicas": [1, 1],
+            "boundaries": [3],
+            "variant": "recompute=auto",
+        },
+        {
+            **_rec("dp", 4, 90.0, 100),
+            "block": "replicated",
+            "speed_comparable": False,
+            "workers_on_host": 4,
+            "threads_per_worker": 1,
+            "host_cores": 2,
+        },
+        {**_rec("ashpipe", 4, 95.0, 100), "block": "replicated", "replicas": [1, 3], "boundaries": [2]},
+    ]
     for i, r in enumerate(recs):
         r["started_at"] = f"2026-12-03T10:00:{i:02d}+00:00"
     for i, r in enumerate(reversed(recs)):  # found in another order than they ran
@@ -229,8 +315,14 @@ def test_blocks_keep_their_order_share_the_dp_reference_and_crowded_speed_is_mar
 def test_seeds_give_steps_to_target_the_runs_that_reached_it_and_curves_with_a_band(tmp_path):
     def run(seed, accuracies, data="synthetic"):
         curve = [{"step": 10 * (k + 1), "accuracy": a} for k, a in enumerate(accuracies)]
-        return {**_rec("ashpipe", 2, 100.0, 200), "seed": seed, "data": data, "target_accuracy": 0.5,
-                "accuracy_curve": curve, "loss_curve": [[s, 4.0 - s / 10] for s in range(30)]}
+        return {
+            **_rec("ashpipe", 2, 100.0, 200),
+            "seed": seed,
+            "data": data,
+            "target_accuracy": 0.5,
+            "accuracy_curve": curve,
+            "loss_curve": [[s, 4.0 - s / 10] for s in range(30)],
+        }
 
     runs = [run(0, [0.2, 0.5, 0.6]), run(1, [0.6, 0.7, 0.8]), run(2, [0.1, 0.2, 0.3])]
     for i, r in enumerate(runs):
@@ -248,8 +340,10 @@ def test_time_to_another_target_is_read_from_the_curves(tmp_path, capsys):
     from harness.commands import main
 
     curve = [{"step": 10 * k, "accuracy": a, "elapsed_s": 2.0 * k} for k, a in enumerate((0.1, 0.3, 0.5), start=1)]
-    write(str(tmp_path / "run"), {**_rec("dp", 2, 100.0, 200), "target_accuracy": 0.9, "accuracy_curve": curve,
-                                  "time_to_target_s": None})
+    write(
+        str(tmp_path / "run"),
+        {**_rec("dp", 2, 100.0, 200), "target_accuracy": 0.9, "accuracy_curve": curve, "time_to_target_s": None},
+    )
     assert main(["results", str(tmp_path), "--format", "csv", "--target", "0.3", "--columns", "accuracy"]) == 0
     (row,) = csv.DictReader(io.StringIO(capsys.readouterr().out))
     assert float(row["time_to_target_s"]) == 4.0 and float(row["steps_to_target"]) == 20  # the run's target was 0.9
@@ -257,8 +351,16 @@ def test_time_to_another_target_is_read_from_the_curves(tmp_path, capsys):
     assert "give the accuracy as a fraction" in capsys.readouterr().err
 
 
-COMMITTED = ["accuracy", "accuracy_digits", "accuracy_paper", "accuracy_paper_lr", "ci", "schedules",
-             "papers_regime/roofline", "papers_regime/roofline_one_device"]
+COMMITTED = [
+    "accuracy",
+    "accuracy_digits",
+    "accuracy_paper",
+    "accuracy_paper_lr",
+    "ci",
+    "schedules",
+    "papers_regime/roofline",
+    "papers_regime/roofline_one_device",
+]
 
 
 @pytest.mark.parametrize("study", COMMITTED)
@@ -274,15 +376,26 @@ def test_each_committed_table_is_what_the_command_writes_from_its_records(study)
 
 
 @pytest.mark.skipif(shutil.which("pdflatex") is None, reason="pdflatex is not installed (texlive-latex-recommended)")
-@pytest.mark.parametrize("choice,page", [("paper", "twocolumn]{article}\\usepackage[textwidth=7in]{geometry}"),
-                                         ("all", "]{article}\\usepackage[margin=1cm,landscape]{geometry}")])
+@pytest.mark.parametrize(
+    "choice,page",
+    [
+        ("paper", "twocolumn]{article}\\usepackage[textwidth=7in]{geometry}"),
+        ("all", "]{article}\\usepackage[margin=1cm,landscape]{geometry}"),
+    ],
+)
 def test_the_latex_table_compiles_and_the_paper_set_fits_a_two_column_page(tmp_path, choice, page):
     folder = os.path.join(os.path.dirname(__file__), "..", "..", "results", "ci")
     body = render(load_records([folder]), "latex", choice, name="ci")
-    (tmp_path / "t.tex").write_text("\\documentclass[" + page + "\\usepackage{booktabs}\\begin{document}\n" + body
-                                     + "\n\\end{document}\n")
-    done = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "t.tex"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120)
+    (tmp_path / "t.tex").write_text(
+        "\\documentclass[" + page + "\\usepackage{booktabs}\\begin{document}\n" + body + "\n\\end{document}\n"
+    )
+    done = subprocess.run(
+        ["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "t.tex"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stdout[-2000:]
     assert (tmp_path / "t.pdf").stat().st_size > 0
     if choice == "paper":  # the default table within a 7 in text width (IEEE, ACM), as a table*
@@ -308,18 +421,35 @@ def _texts(fig):
 def test_figures_fit_a_paper_and_keep_one_style_per_configuration(tmp_path, monkeypatch):
     from harness.report import figures
 
-    parts = {"parameters": 2**20, "gradients": 2**20, "optimizer_state": 2 * 2**20, "stashed_weights": 0,
-             "other": 4 * 2**20}
-    def run(strategy, w, tp, variant="", comparable=True, repeat=0):
-        return {**_rec(strategy, w, tp, 8 * 2**20), "variant": variant, "speed_comparable": comparable,
-                "repeat": repeat, "replicas": [1] * w if strategy != "dp" else [w],
-                "loss_curve": [[s, 4.0 - s / 100] for s in range(100)],
-                "accuracy_curve": [{"step": 10 * k, "accuracy": 0.01 * k} for k in range(1, 11)],
-                "per_rank": [{"rank": k, "memory_breakdown": parts} for k in range(w)]}
+    parts = {
+        "parameters": 2**20,
+        "gradients": 2**20,
+        "optimizer_state": 2 * 2**20,
+        "stashed_weights": 0,
+        "other": 4 * 2**20,
+    }
 
-    records = [run("dp", 1, 100.0), run("dp", 2, 180.0), run("dp", 2, 190.0, repeat=1), run("dp", 4, 150.0, comparable=False),
-               run("hippie", 2, 200.0), run("hippie", 2, 170.0, variant="recompute=auto"),
-               run("pipelining", 2, 150.0, variant="zbv, v=2")]
+    def run(strategy, w, tp, variant="", comparable=True, repeat=0):
+        return {
+            **_rec(strategy, w, tp, 8 * 2**20),
+            "variant": variant,
+            "speed_comparable": comparable,
+            "repeat": repeat,
+            "replicas": [1] * w if strategy != "dp" else [w],
+            "loss_curve": [[s, 4.0 - s / 100] for s in range(100)],
+            "accuracy_curve": [{"step": 10 * k, "accuracy": 0.01 * k} for k in range(1, 11)],
+            "per_rank": [{"rank": k, "memory_breakdown": parts} for k in range(w)],
+        }
+
+    records = [
+        run("dp", 1, 100.0),
+        run("dp", 2, 180.0),
+        run("dp", 2, 190.0, repeat=1),
+        run("dp", 4, 150.0, comparable=False),
+        run("hippie", 2, 200.0),
+        run("hippie", 2, 170.0, variant="recompute=auto"),
+        run("pipelining", 2, 150.0, variant="zbv, v=2"),
+    ]
     (fig,) = _drawn(monkeypatch, figures.throughput_vs_workers, records, tmp_path)
     ax = fig.axes[0]
     points = [line for line in ax.lines if line.get_marker() not in ("_", "|")]  # not the error bars' caps
@@ -334,15 +464,23 @@ def test_figures_fit_a_paper_and_keep_one_style_per_configuration(tmp_path, monk
         assert not small, small
     # the same strategy and variant look the same in every figure; hippie's variants differ by marker
     styles = figures.Styles(records)
-    assert styles.color(records[4]) == styles.color(records[5]) and styles.marker(records[4]) != styles.marker(records[5])
+    assert styles.color(records[4]) == styles.color(records[5]) and styles.marker(records[4]) != styles.marker(
+        records[5]
+    )
     assert figures.config_label(records[6]) == "pipelining (zbv, v=2), w=2"
 
 
 def test_memory_bars_stack_the_breakdown_to_each_ranks_peak(tmp_path, monkeypatch):
     from harness.report import figures
 
-    parts = {"parameters": 3 * 2**20, "gradients": 3 * 2**20, "optimizer_state": 6 * 2**20,
-             "stashed_weights": 2**20, "other": 7 * 2**20, "host_excluded": 99 * 2**20}
+    parts = {
+        "parameters": 3 * 2**20,
+        "gradients": 3 * 2**20,
+        "optimizer_state": 6 * 2**20,
+        "stashed_weights": 2**20,
+        "other": 7 * 2**20,
+        "host_excluded": 99 * 2**20,
+    }
     rec = {**_rec("ashpipe", 2, 100.0, 20 * 2**20), "per_rank": [{"rank": 0, "memory_breakdown": parts}, {"rank": 1}]}
     (fig,) = _drawn(monkeypatch, figures.memory_per_rank, [rec], tmp_path)
     widths = {}
@@ -358,8 +496,7 @@ def test_the_pareto_front_keeps_the_points_no_other_beats():
     assert _pareto([(10, 100), (12, 90), (15, 150), (20, 140), (25, 200)]) == [(10, 100), (15, 150), (25, 200)]
 
 
-def test_runs_that_differ_in_a_swept_setting_are_labelled_by_it_and_a_diverged_run_is_footnoted(tmp_path,
-                                                                                               monkeypatch):
+def test_runs_that_differ_in_a_swept_setting_are_labelled_by_it_and_a_diverged_run_is_footnoted(tmp_path, monkeypatch):
     """A sweep over train.lr of one strategy: each rate is its own row, line and label (with the
     setting that differs, not the settings that only say where data lives or how a run resumed),
     and a run whose training loss became NaN keeps its row with a footnote saying from which step."""
@@ -367,14 +504,25 @@ def test_runs_that_differ_in_a_swept_setting_are_labelled_by_it_and_a_diverged_r
 
     def run(lr, seed, root="data/a", losses=None):
         losses = losses or [[s, 4.0 - s / 100] for s in range(20)]
-        return {**_rec("dp", 2, 100.0 + seed, 2**20), "seed": seed, "loss_curve": losses,
-                "accuracy_curve": [{"step": 10 * k, "accuracy": 0.1 * k} for k in (1, 2)],
-                "config": {"train": {"lr": lr, "resume": f"run{seed}"}, "data": {"root": root},
-                           "launch": {"collective_timeout": 60 + seed}}}
+        return {
+            **_rec("dp", 2, 100.0 + seed, 2**20),
+            "seed": seed,
+            "loss_curve": losses,
+            "accuracy_curve": [{"step": 10 * k, "accuracy": 0.1 * k} for k in (1, 2)],
+            "config": {
+                "train": {"lr": lr, "resume": f"run{seed}"},
+                "data": {"root": root},
+                "launch": {"collective_timeout": 60 + seed},
+            },
+        }
 
     diverged = [[0, 4.0], [1, 9.0], [2, float("nan")], [3, float("nan")]]
-    for name, rec in (("a", run(0.1, 0)), ("b", run(0.1, 1, root="/scratch/b")), ("c", run(0.3, 0)),
-                      ("d", run(4.0, 0, losses=diverged))):
+    for name, rec in (
+        ("a", run(0.1, 0)),
+        ("b", run(0.1, 1, root="/scratch/b")),
+        ("c", run(0.3, 0)),
+        ("d", run(4.0, 0, losses=diverged)),
+    ):
         write(str(tmp_path / name), rec)
     md = render(load_records([str(tmp_path)]), "md")
     rows = {line.split("|")[1].strip(): line for line in md.splitlines() if line.startswith("| dp")}
@@ -383,6 +531,7 @@ def test_runs_that_differ_in_a_swept_setting_are_labelled_by_it_and_a_diverged_r
     assert "¹ diverged: training loss not finite from step 2" in md
 
     from harness.report.tables import load_raw
+
     records = load_raw([str(tmp_path)])
     (fig,) = _drawn(monkeypatch, figures.curves, records, tmp_path)
     labels = sorted(fig.axes[0].get_legend_handles_labels()[1])
@@ -397,12 +546,24 @@ def test_a_swept_learning_rate_draws_final_accuracy_against_it_one_line_per_conf
     from harness.report.tables import load_raw
 
     def run(strategy, lr, seed, accuracy, momentum=0.0, workers=2):
-        return {**_rec(strategy, workers, 100.0, 2**20), "seed": seed, "accuracy": accuracy,
-                "config": {"train": {"lr": lr, "momentum": momentum}}}
+        return {
+            **_rec(strategy, workers, 100.0, 2**20),
+            "seed": seed,
+            "accuracy": accuracy,
+            "config": {"train": {"lr": lr, "momentum": momentum}},
+        }
 
-    runs = [run("dp", 0.1, 0, 0.50), run("dp", 0.1, 1, 0.54), run("dp", 1.0, 0, 0.70), run("dp", 10.0, 0, 0.01),
-            run("ashpipe", 0.1, 0, 0.40), run("ashpipe", 1.0, 0, 0.20), run("ashpipe", 1.0, 0, 0.30, momentum=0.9),
-            run("ashpipe", 0.1, 0, 0.30, workers=3), run("ashpipe", 1.0, 0, 0.10, workers=3)]
+    runs = [
+        run("dp", 0.1, 0, 0.50),
+        run("dp", 0.1, 1, 0.54),
+        run("dp", 1.0, 0, 0.70),
+        run("dp", 10.0, 0, 0.01),
+        run("ashpipe", 0.1, 0, 0.40),
+        run("ashpipe", 1.0, 0, 0.20),
+        run("ashpipe", 1.0, 0, 0.30, momentum=0.9),
+        run("ashpipe", 0.1, 0, 0.30, workers=3),
+        run("ashpipe", 1.0, 0, 0.10, workers=3),
+    ]
     for i, r in enumerate(runs):
         write(str(tmp_path / str(i)), r)
     drawn = _drawn(monkeypatch, figures.sensitivity, load_raw([str(tmp_path)]), tmp_path)
@@ -416,5 +577,6 @@ def test_a_swept_learning_rate_draws_final_accuracy_against_it_one_line_per_conf
     # styled as the other figures: a line style per worker count, the reference drawn on top
     drawn_lines = {c.get_label(): c.lines[0] for c in ax.containers}
     assert drawn_lines["ashpipe, w=3"].get_linestyle() != drawn_lines["ashpipe (momentum=0.0), w=2"].get_linestyle()
-    assert drawn_lines["dp, w=2"].get_zorder() > max(line.get_zorder() for label, line in drawn_lines.items()
-                                                      if not label.startswith("dp"))
+    assert drawn_lines["dp, w=2"].get_zorder() > max(
+        line.get_zorder() for label, line in drawn_lines.items() if not label.startswith("dp")
+    )

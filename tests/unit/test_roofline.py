@@ -12,8 +12,17 @@ from harness.planning.planner import Network
 
 
 def _vit(depth=2, dim=192, heads=3):
-    return SimpleNamespace(name="vit", img_size=32, patch_size=4, embed_dim=dim, depth=depth, num_heads=heads,
-                           mlp_ratio=4.0, num_classes=100, qkv_bias=True)
+    return SimpleNamespace(
+        name="vit",
+        img_size=32,
+        patch_size=4,
+        embed_dim=dim,
+        depth=depth,
+        num_heads=heads,
+        mlp_ratio=4.0,
+        num_classes=100,
+        qkv_bias=True,
+    )
 
 
 def _time(device, fn):

@@ -42,8 +42,10 @@ def test_sends_pair_with_receives_and_the_plan_is_deadlock_free(name, p, m):
 
 def test_the_simulator_detects_a_deadlock_and_an_unmatched_send():
     # both stages receive first: nobody ever sends
-    bad = [[sch.Action(sch.RECV_B, 0), sch.Action(sch.FWD, 0), sch.Action(sch.SEND_F, 0)],
-           [sch.Action(sch.RECV_F, 0), sch.Action(sch.FWD, 0), sch.Action(sch.SEND_B, 0)]]
+    bad = [
+        [sch.Action(sch.RECV_B, 0), sch.Action(sch.FWD, 0), sch.Action(sch.SEND_F, 0)],
+        [sch.Action(sch.RECV_F, 0), sch.Action(sch.FWD, 0), sch.Action(sch.SEND_B, 0)],
+    ]
     with pytest.raises(sch.Deadlock, match="no stage can progress"):
         sch.replay(bad)
     with pytest.raises(sch.Deadlock, match="never received"):
@@ -51,8 +53,10 @@ def test_the_simulator_detects_a_deadlock_and_an_unmatched_send():
 
 
 # stage 0 sends at 1; stage 1 computes for 5 before it reaches its receive; a send costs 1
-_SEND_THEN_LATE_RECEIVE = [[sch.Action(sch.FWD, 0), sch.Action(sch.SEND_F, 0), sch.Action(sch.FWD, 1)],
-                           [sch.Action(sch.BWD, 9), sch.Action(sch.RECV_F, 0), sch.Action(sch.FWD, 0)]]
+_SEND_THEN_LATE_RECEIVE = [
+    [sch.Action(sch.FWD, 0), sch.Action(sch.SEND_F, 0), sch.Action(sch.FWD, 1)],
+    [sch.Action(sch.BWD, 9), sch.Action(sch.RECV_F, 0), sch.Action(sch.FWD, 0)],
+]
 
 
 def _forward_1_backward_5(stage, a):
@@ -71,7 +75,10 @@ def test_a_rendezvous_send_waits_for_its_receive_and_holds_its_sender():
     # a blocking send meets its receive at 5 and both go on at 6
     assert send_and_next_forward(sch.replay(lists, cost, rendezvous=True)) == (6.0, 6.0, 6.0)
     # two stages sending to each other first never meet
-    crossed = [[sch.Action(sch.SEND_F, 0), sch.Action(sch.RECV_B, 0)], [sch.Action(sch.SEND_B, 0), sch.Action(sch.RECV_F, 0)]]
+    crossed = [
+        [sch.Action(sch.SEND_F, 0), sch.Action(sch.RECV_B, 0)],
+        [sch.Action(sch.SEND_B, 0), sch.Action(sch.RECV_F, 0)],
+    ]
     sch.replay(crossed, cost)
     with pytest.raises(sch.Deadlock, match="no stage can progress"):
         sch.replay(crossed, cost, rendezvous=True)
@@ -85,39 +92,58 @@ def test_a_receiver_driven_message_moves_once_its_receive_is_reached():
 
     # the receive comes late: the message moves from 5, arrives at 6; the sender went on at once
     assert send_and_receiver_forward(sch.replay(lists, cost, blocking_sends=True, receiver_driven=True)) == (1.0, 6.0)
+
     # the receive is waiting (stage 1 reaches it at 0.5): the message moves at once, holding its
     # sender, and arrives at 2
     def half(stage, a):
         return 0.5 if a.op == sch.BWD else cost(stage, a)
+
     assert send_and_receiver_forward(sch.replay(lists, half, blocking_sends=True, receiver_driven=True)) == (2.0, 2.0)
     # whichever list the replay reaches first: the receiving stage listed first gives the same times
-    swapped = sch.replay([[replace(a, stage=1) for a in lists[1]], [replace(a, stage=0) for a in lists[0]]],
-                           lambda stage, a: cost(1 - stage, a), blocking_sends=True, receiver_driven=True,
-                           placement=[1, 0])
+    swapped = sch.replay(
+        [[replace(a, stage=1) for a in lists[1]], [replace(a, stage=0) for a in lists[0]]],
+        lambda stage, a: cost(1 - stage, a),
+        blocking_sends=True,
+        receiver_driven=True,
+        placement=[1, 0],
+    )
     assert (swapped.stage_events(1)[1].end, swapped.stage_events(0)[2].start) == (1.0, 6.0)
     # crossed non-blocking sends still never deadlock
-    crossed = [[sch.Action(sch.SEND_F, 0), sch.Action(sch.RECV_B, 0)], [sch.Action(sch.SEND_B, 0), sch.Action(sch.RECV_F, 0)]]
+    crossed = [
+        [sch.Action(sch.SEND_F, 0), sch.Action(sch.RECV_B, 0)],
+        [sch.Action(sch.SEND_B, 0), sch.Action(sch.RECV_F, 0)],
+    ]
     assert sch.replay(crossed, cost, receiver_driven=True).makespan == 1.0
 
 
 def test_a_late_receive_waits_more_while_its_sender_computes_and_not_while_it_waits():
     def receiver_forward(lists):
-        return sch.replay(lists, _forward_1_backward_5, blocking_sends=True, receiver_driven=True, busy_sender_s=0.25).stage_events(1)[2].start
+        return (
+            sch.replay(lists, _forward_1_backward_5, blocking_sends=True, receiver_driven=True, busy_sender_s=0.25)
+            .stage_events(1)[2]
+            .start
+        )
 
     # stage 0 computes (a backward, then F1) from 1 to 7 when stage 1 reaches its receive at 5
-    busy = [[sch.Action(sch.FWD, 0), sch.Action(sch.SEND_F, 0), sch.Action(sch.BWD, 1), sch.Action(sch.FWD, 1)],
-            [sch.Action(sch.BWD, 9), sch.Action(sch.RECV_F, 0), sch.Action(sch.FWD, 0)]]
+    busy = [
+        [sch.Action(sch.FWD, 0), sch.Action(sch.SEND_F, 0), sch.Action(sch.BWD, 1), sch.Action(sch.FWD, 1)],
+        [sch.Action(sch.BWD, 9), sch.Action(sch.RECV_F, 0), sch.Action(sch.FWD, 0)],
+    ]
     assert receiver_forward(busy) == 6.25
     # stage 0 waits (for a gradient stage 1 sends only after its forward) when stage 1 gets there
-    waiting = [[sch.Action(sch.FWD, 0), sch.Action(sch.SEND_F, 0), sch.Action(sch.RECV_B, 0)],
-               [sch.Action(sch.BWD, 9), sch.Action(sch.RECV_F, 0), sch.Action(sch.FWD, 0), sch.Action(sch.SEND_B, 0)]]
+    waiting = [
+        [sch.Action(sch.FWD, 0), sch.Action(sch.SEND_F, 0), sch.Action(sch.RECV_B, 0)],
+        [sch.Action(sch.BWD, 9), sch.Action(sch.RECV_F, 0), sch.Action(sch.FWD, 0), sch.Action(sch.SEND_B, 0)],
+    ]
     assert receiver_forward(waiting) == 6.0
 
 
 def test_a_compute_action_after_a_wait_pays_the_wake_up_for_that_wait():
     # stage 1 waits 3 for its receive (stage 0's forward), then computes; stage 0 never waits
-    lists = [[sch.Action(sch.FWD, 0), sch.Action(sch.SEND_F, 0), sch.Action(sch.FWD, 1)],
-             [sch.Action(sch.RECV_F, 0), sch.Action(sch.FWD, 0), sch.Action(sch.BWD, 0)]]
+    lists = [
+        [sch.Action(sch.FWD, 0), sch.Action(sch.SEND_F, 0), sch.Action(sch.FWD, 1)],
+        [sch.Action(sch.RECV_F, 0), sch.Action(sch.FWD, 0), sch.Action(sch.BWD, 0)],
+    ]
 
     def cost(stage, a):
         return {sch.FWD: 3.0, sch.BWD: 1.0}.get(a.op, 0.0)
@@ -214,8 +240,11 @@ def test_an_action_kind_the_executor_lacks_is_refused_before_launch_in_one_line(
     from harness.strategies.layout import refuse_unrunnable
 
     refuse_unrunnable(schedules.get("1f1b"), 2, 1, 4)  # runs
-    odd = schedules.Schedule("odd", "a schedule with an action kind no method runs",
-                             lambda r, v, m: [[sch.Action(sch.FWD, 0), sch.Action("X", 0), sch.Action(sch.STEP)]])
+    odd = schedules.Schedule(
+        "odd",
+        "a schedule with an action kind no method runs",
+        lambda r, v, m: [[sch.Action(sch.FWD, 0), sch.Action("X", 0), sch.Action(sch.STEP)]],
+    )
     with pytest.raises(ConfigError, match="has actions X that our runtime's executor does not run"):
         refuse_unrunnable(odd, 1, 1, 1)
     with pytest.raises(ConfigError, match="at least as many microbatches as stages"):
@@ -238,8 +267,9 @@ def test_a_micro_batch_holds_what_its_stage_keeps_after_i_until_its_w():
     unit held from F to I and three from I to W (a stage recomputed at I keeps every activation)
     peak with two micro-batches between their I and W, 3 + 3 (one unit throughout: 2)."""
     timeline = sch.replay(schedules.get("zb_h1").lists(2, 1, 4))
-    assert [str(e.action).rstrip("*") for e in timeline.stage_events(1) if e.action.op in sch.COMPUTE] == \
-        "F0 I0 F1 I1 W0 F2 I2 W1 F3 I3 W2 W3".split()
+    assert [
+        str(e.action).rstrip("*") for e in timeline.stage_events(1) if e.action.op in sch.COMPUTE
+    ] == "F0 I0 F1 I1 W0 F2 I2 W1 F3 I3 W2 W3".split()
     assert timeline.peak_live(1, lambda s: 1.0) == 2
     assert timeline.peak_live(1, lambda s: 1.0, lambda s: 3.0) == 6
     assert timeline.peak_live(1, lambda s: 1.0, lambda s: 1.0) == 2
@@ -267,7 +297,7 @@ def test_each_stage_reduces_under_its_own_last_weight_gradient_action(name):
         marked = [a for a in acts if a.reduce]
         assert len(marked) == 2 and {a.stage for a in marked} == {a.stage for a in acts if a.stage is not None}
         for a in marked:  # nothing of its stage's gradients comes after it
-            after = acts[acts.index(a) + 1:]
+            after = acts[acts.index(a) + 1 :]
             assert not [b for b in after if b.stage == a.stage and b.op in (sch.BWD, sch.BWD_W)]
     assert sch.reducing(sch.one_f_one_b(2, 3)) == sch.one_f_one_b(2, 3)  # ours are marked already
 

@@ -28,8 +28,9 @@ def _sync(stages, micro_batches):
 
 
 def _async(boundaries):
-    return SimLayout("ashpipe", [1] * (len(boundaries) + 1), boundaries, 1, ASYNC, set(), hides_allreduce=False,
-                     stashes_weights=True)
+    return SimLayout(
+        "ashpipe", [1] * (len(boundaries) + 1), boundaries, 1, ASYNC, set(), hides_allreduce=False, stashes_weights=True
+    )
 
 
 def _free_network_cluster():
@@ -50,7 +51,10 @@ def test_async_prediction_has_no_bubble_in_steady_state_and_dp_scales_with_allre
     pipe = predict(profile, _free_network_cluster(), _async([2]), 2, global_batch=4)
     assert pipe.iteration_s == pytest.approx(4 * 2 * (1e-3 + 2e-3), rel=1e-6)  # slowest stage per minibatch
     slow = Cluster(devices_per_node=8, intra_node_gbps=1e-6, inter_node_gbps=1e-6)  # all-reduce dominates
-    assert predict(profile, slow, _dp(4), 4, 4).iteration_s > 100 * predict(profile, _free_network_cluster(), _dp(4), 4, 4).iteration_s
+    assert (
+        predict(profile, slow, _dp(4), 4, 4).iteration_s
+        > 100 * predict(profile, _free_network_cluster(), _dp(4), 4, 4).iteration_s
+    )
 
 
 def test_stash_and_in_flight_activations_show_in_predicted_memory():
@@ -71,8 +75,7 @@ def test_where_communication_uses_the_compute_cores_sends_and_all_reduce_take_co
     slow_link = dict(devices_per_node=8, intra_node_gbps=1e-3, inter_node_gbps=1e-3, latency_us=0, inter_latency_us=0)
     gpu_like, cpu_like = Cluster(**slow_link), Cluster(**slow_link, comm_uses_compute=True)
     send_s = 1000 / 1e6  # one sample's 1000 boundary bytes at 1 MB/s
-    pipe = {c.comm_uses_compute: predict(profile, c, _sync(2, 2), 2, global_batch=2)
-            for c in (gpu_like, cpu_like)}
+    pipe = {c.comm_uses_compute: predict(profile, c, _sync(2, 2), 2, global_batch=2) for c in (gpu_like, cpu_like)}
     # the first stage's clock moves on by the transfer of a send only where it writes the message
     # itself: gloo does so in the call when the receive is already waiting (the first one here), and
     # later, from its I/O thread, when it is not (see test_schedule)
@@ -93,8 +96,9 @@ def test_each_stage_computes_at_its_own_measured_factor_where_the_profile_timed_
     busy = {}
     for cut in ([2], [1]):
         pred = predict(profile, _free_network_cluster(), _async(cut), 2, global_batch=1)
-        busy[cut[0]] = [sum(e.end - e.start for e in pred.timeline.stage_events(s) if e.action.op in ("F", "B"))
-                        for s in (0, 1)]
+        busy[cut[0]] = [
+            sum(e.end - e.start for e in pred.timeline.stage_events(s) if e.action.op in ("F", "B")) for s in (0, 1)
+        ]
     per_layer = 1e-3 + 2e-3
     n = 4 * 2 + 8  # the minibatches the asynchronous replay runs
     # the measured cut: stage 0 at twice its isolated layers' time, stage 1 at once
@@ -111,8 +115,10 @@ def test_stage_factors_apply_only_to_one_stage_per_rank_in_1f1b_and_survive_the_
     assert profile.stage_factors == {"boundaries": [2], "factors": [2.0, 1.0]}
     one_f_one_b = predict(profile, _free_network_cluster(), replace(_sync(2, 2), boundaries=[2]), 2, 2)
     fill_drain = predict(profile, _free_network_cluster(), replace(_sync(2, 2), boundaries=[2], schedule="gpipe"), 2, 2)
-    stage0 = {k: sum(e.end - e.start for e in p.timeline.stage_events(0) if e.action.op == "F")
-              for k, p in (("1f1b", one_f_one_b), ("gpipe", fill_drain))}
+    stage0 = {
+        k: sum(e.end - e.start for e in p.timeline.stage_events(0) if e.action.op == "F")
+        for k, p in (("1f1b", one_f_one_b), ("gpipe", fill_drain))
+    }
     # two micro-batches of one sample through two layers of 1 ms forward
     assert stage0 == pytest.approx({"1f1b": 2 * 2e-3 * 2.0, "gpipe": 2 * 2e-3 * 1.5})  # gpipe: the step factor
 
@@ -121,14 +127,19 @@ def test_the_measured_wake_up_lengthens_compute_after_waits_on_the_profiled_host
     profile = _uniform_profile(n_layers=4)
     profile.wake = [[0.001, 1e-4], [0.004, 4e-4]]
     profile = Profile.from_json(profile.to_json())
-    assert [profile.wake_s(i) for i in (0.0, 0.0005, 0.001, 0.0025, 0.004, 0.1)] == \
-        pytest.approx([0.0, 5e-5, 1e-4, 2.5e-4, 4e-4, 4e-4])
+    assert [profile.wake_s(i) for i in (0.0, 0.0005, 0.001, 0.0025, 0.004, 0.1)] == pytest.approx(
+        [0.0, 5e-5, 1e-4, 2.5e-4, 4e-4, 4e-4]
+    )
     host = replace(_free_network_cluster(), host_overhead=True)
     pipeline, dp = _sync(2, 4), _dp(2)
-    asleep = {name: predict(profile, cluster, layout, 2, 4).iteration_s
-              for name, cluster, layout in (("pipeline", host, pipeline), ("dp", host, dp))}
+    asleep = {
+        name: predict(profile, cluster, layout, 2, 4).iteration_s
+        for name, cluster, layout in (("pipeline", host, pipeline), ("dp", host, dp))
+    }
     profile.wake = None
-    awake = {name: predict(profile, host, layout, 2, 4).iteration_s for name, layout in (("pipeline", pipeline), ("dp", dp))}
+    awake = {
+        name: predict(profile, host, layout, 2, 4).iteration_s for name, layout in (("pipeline", pipeline), ("dp", dp))
+    }
     assert asleep["pipeline"] > awake["pipeline"] and asleep["dp"] == awake["dp"]  # data parallelism never waits
     profile.wake = [[0.001, 1e-4], [0.004, 4e-4]]
     elsewhere = predict(profile, _free_network_cluster(), pipeline, 2, 4).iteration_s
@@ -138,6 +149,7 @@ def test_the_measured_wake_up_lengthens_compute_after_waits_on_the_profiled_host
 def test_a_stage_factor_makes_the_kept_layers_replay_the_stage_pass_its_process_timed():
     from harness.planning.forecast import workload_of as workload
     from harness.planning.profiling import _stage_factors
+
     work = workload(make_spec("strategy=hippie", "world_size=2", "strategy.boundaries=[3]"))
     kept = _uniform_profile(n_layers=6).layers  # 3 ms a sample through each layer, forward and backward
     factors = _stage_factors(work, kept, [0.018 * work.samples, 0.009 * work.samples])
@@ -147,10 +159,13 @@ def test_a_stage_factor_makes_the_kept_layers_replay_the_stage_pass_its_process_
 
 def test_workloads_time_stages_only_for_one_stage_per_worker_in_1f1b():
     from harness.planning.forecast import workload_of as workload
+
     cut = ["strategy.boundaries=[3]"]
     assert workload(make_spec("strategy=hippie", "world_size=2", *cut)).stages == [(0, 3), (3, 6)]
-    assert workload(make_spec("strategy=ashpipe", "world_size=2", "strategy.replicas=[1,1]", *cut)).stages == \
-        [(0, 3), (3, 6)]
+    assert workload(make_spec("strategy=ashpipe", "world_size=2", "strategy.replicas=[1,1]", *cut)).stages == [
+        (0, 3),
+        (3, 6),
+    ]
     assert workload(make_spec("strategy=hippie", "world_size=2", "strategy.schedule=gpipe", *cut)).stages is None
     assert workload(make_spec("strategy=hippie", "world_size=2")).stages is None  # cut by the planner
     assert workload(make_spec("strategy=dp", "world_size=2")).stages is None
@@ -170,35 +185,56 @@ def test_the_optimizer_update_is_charged_once_per_step_from_the_profile():
     profile = _uniform_profile(n_layers=4)
     base = predict(profile, _free_network_cluster(), _dp(1), 1, global_batch=4).iteration_s
     profile.optimizer_s_per_byte = 1e-6
-    assert predict(profile, _free_network_cluster(), _dp(1), 1, global_batch=4).iteration_s - base == pytest.approx(4 * 10_000 * 1e-6)
+    assert predict(profile, _free_network_cluster(), _dp(1), 1, global_batch=4).iteration_s - base == pytest.approx(
+        4 * 10_000 * 1e-6
+    )
 
 
 def test_exposed_communication_is_the_all_reduce_waited_for_not_the_optimizer_update():
     profile = _uniform_profile(n_layers=4)
     profile.optimizer_s_per_byte = 1e-6
     assert predict(profile, _free_network_cluster(), _dp(1), 1, global_batch=4).comm_s == 0.0
-    slow = Cluster(devices_per_node=8, intra_node_gbps=1e-3, inter_node_gbps=1e-3, latency_us=0, inter_latency_us=0,
-                   comm_uses_compute=False)
+    slow = Cluster(
+        devices_per_node=8,
+        intra_node_gbps=1e-3,
+        inter_node_gbps=1e-3,
+        latency_us=0,
+        inter_latency_us=0,
+        comm_uses_compute=False,
+    )
     two = predict(profile, slow, SimLayout("dp", [2], [], 1, "1f1b", set(), hides_allreduce=False), 2, global_batch=4)
     allreduce = slow.allreduce_s(4 * 10_000, [0, 1])
     assert two.comm_s == pytest.approx(allreduce)
     assert two.iteration_s > allreduce + 4 * 10_000 * 1e-6
 
 
-@pytest.mark.parametrize("overrides,replicas,schedule,hides,stashes", [
-    (["strategy=dp", "world_size=4"], [4], "1f1b", True, False),
-    (["strategy=hippie", "world_size=4", "train.micro_batches=4"], [2, 2], "1f1b", True, False),
-    (["strategy=pipelining", "world_size=2", "train.micro_batches=4", "strategy.schedule=gpipe"], [1, 1], "gpipe", True, False),
-    (["strategy=deepspeed", "world_size=2", "train.micro_batches=4"], [1, 1], "1f1b", False, False),
-    (["strategy=gpipe", "world_size=3", "train.micro_batches=4"], [1, 1, 1], "gpipe", False, False),
-    (["strategy=ashpipe", "world_size=3", "strategy.replicas=[2,1]"], [2, 1], ASYNC, False, True),
-])
+@pytest.mark.parametrize(
+    "overrides,replicas,schedule,hides,stashes",
+    [
+        (["strategy=dp", "world_size=4"], [4], "1f1b", True, False),
+        (["strategy=hippie", "world_size=4", "train.micro_batches=4"], [2, 2], "1f1b", True, False),
+        (
+            ["strategy=pipelining", "world_size=2", "train.micro_batches=4", "strategy.schedule=gpipe"],
+            [1, 1],
+            "gpipe",
+            True,
+            False,
+        ),
+        (["strategy=deepspeed", "world_size=2", "train.micro_batches=4"], [1, 1], "1f1b", False, False),
+        (["strategy=gpipe", "world_size=3", "train.micro_batches=4"], [1, 1, 1], "gpipe", False, False),
+        (["strategy=ashpipe", "world_size=3", "strategy.replicas=[2,1]"], [2, 1], ASYNC, False, True),
+    ],
+)
 def test_each_strategy_class_gives_the_simulator_its_own_layout(overrides, replicas, schedule, hides, stashes):
     spec = make_spec(*overrides)
     profile = _uniform_profile(n_layers=6)  # vit_micro's six layers
     layout = spec.strategy_cls.simulated(spec, profile, _free_network_cluster())
-    assert (layout.replicas, layout.schedule, layout.hides_allreduce, layout.stashes_weights) == \
-        (replicas, schedule, hides, stashes)
+    assert (layout.replicas, layout.schedule, layout.hides_allreduce, layout.stashes_weights) == (
+        replicas,
+        schedule,
+        hides,
+        stashes,
+    )
     assert len(layout.boundaries) == len(replicas) - 1 and layout.strategy == spec.strategy.name
     assert predict(profile, _free_network_cluster(), layout, spec.world_size, spec.train.global_batch).throughput > 0
 
@@ -210,7 +246,9 @@ def test_deepspeeds_own_schedule_runs_each_micro_batch_once_and_meets_every_bloc
 
     lists = [list(acts) for acts in train_schedule(p, m)]
     for acts in lists:
-        assert [a.micro for a in acts if a.op == sch.FWD] == [a.micro for a in acts if a.op == sch.BWD] == list(range(m))
+        assert (
+            [a.micro for a in acts if a.op == sch.FWD] == [a.micro for a in acts if a.op == sch.BWD] == list(range(m))
+        )
         assert acts[-1] == sch.Action(sch.STEP)
     sch.replay(lists, rendezvous=True)  # raises Deadlock otherwise
 
@@ -226,7 +264,9 @@ def test_deepspeed_is_replayed_in_its_own_order_with_transfers_that_meet():
     assert layout.rendezvous and layout.lists is not None
     ours = replace(layout, lists=None, rendezvous=False)
     free = _free_network_cluster()
-    assert predict(profile, free, layout, 2, 4).iteration_s == pytest.approx(predict(profile, free, ours, 2, 4).iteration_s)
+    assert predict(profile, free, layout, 2, 4).iteration_s == pytest.approx(
+        predict(profile, free, ours, 2, 4).iteration_s
+    )
     # 1 ms a sample, sent as NCCL sends (gloo's receiver-driven transfers meet too, see test_schedule)
     slow = Cluster(devices_per_node=8, intra_node_gbps=1e-3, latency_us=0)
     deepspeed, one_f_one_b = (predict(profile, slow, lay, 2, 4).iteration_s for lay in (layout, ours))
@@ -237,7 +277,6 @@ def test_hippie_recomputation_rule_reaches_the_simulated_layout():
     spec = make_spec("strategy=hippie", "world_size=2", "strategy.recompute=auto", "strategy.boundaries=[3]")
     layout = spec.strategy_cls.simulated(spec, _uniform_profile(n_layers=6), _free_network_cluster())
     assert layout.recompute == {1, 2}  # blocks of stage 0; none on the last stage
-
 
 
 def test_a_profile_of_another_depth_is_refused_in_one_line():
@@ -302,8 +341,10 @@ def test_the_runtime_overhead_fit_recovers_the_costs_that_made_the_runs(schedule
     layout = runs[0][0]
     # a profile keeps one entry per strategy and schedule measured: each prediction takes its own
     other = "gpipe" if schedule != "gpipe" else "1f1b"
-    profile.runtime = [vars(RuntimeOverhead("pipelining", other, 9e-4, 9e-3)),
-                       vars(RuntimeOverhead("pipelining", schedule, per_action, per_step))]
+    profile.runtime = [
+        vars(RuntimeOverhead("pipelining", other, 9e-4, 9e-3)),
+        vars(RuntimeOverhead("pipelining", schedule, per_action, per_step)),
+    ]
     here = replace(cluster, host_overhead=True)
     assert host_overhead(profile, here, layout) == (per_action, per_step)
     assert host_overhead(profile, here, replace(layout, schedule=other)) == (9e-4, 9e-3)
@@ -349,7 +390,9 @@ def test_data_parallel_on_the_profiled_host_lasts_as_long_as_its_slowest_worker(
     dp = predict(profile, host, _dp(2), 2, 64).iteration_s
     assert dp == pytest.approx(1.25 * predict(plain, host, _dp(2), 2, 64).iteration_s, rel=1e-3)
     for cluster, layout in ((_free_network_cluster(), _dp(2)), (host, _sync(2, 4))):
-        assert predict(profile, cluster, layout, 2, 64).iteration_s == predict(plain, cluster, layout, 2, 64).iteration_s
+        assert (
+            predict(profile, cluster, layout, 2, 64).iteration_s == predict(plain, cluster, layout, 2, 64).iteration_s
+        )
 
 
 def test_validation_tables_are_rebuilt_from_an_interrupted_run(tmp_path):
@@ -365,11 +408,16 @@ def test_validation_tables_are_rebuilt_from_an_interrupted_run(tmp_path):
 
     def write(repeat, name, before, after, predicted):
         base = name.replace(" ", "_").replace("=", "")
-        for sub, value in ((f"measured/{base}-before", before), (f"measured/{base}-after", after),
-                           (f"simulated/{base}", predicted)):
+        for sub, value in (
+            (f"measured/{base}-before", before),
+            (f"measured/{base}-after", after),
+            (f"simulated/{base}", predicted),
+        ):
             # a record of this harness's schema, as the commands write them (read through the record module)
-            record_mod.write(str(tmp_path / f"repeat{repeat}" / sub),
-                             {**record_mod.failed_record({}, ""), "status": "ok", "error": None, "throughput": value})
+            record_mod.write(
+                str(tmp_path / f"repeat{repeat}" / sub),
+                {**record_mod.failed_record({}, ""), "status": "ok", "error": None, "throughput": value},
+            )
 
     write(0, first, 90.0, 110.0, 110.0)
     write(0, second, 50.0, 50.0, 40.0)
@@ -410,7 +458,9 @@ def test_drawn_runs_spread_as_the_profile_measured_and_their_jitter_averages_ove
 
     # a pipeline's transfers draw from the network's spread
     pipe = _sync(2, 4)
-    net = replace(profile, spread={"level": [1.0], "jitter": [1.0]}, network=Network(1e12, 1e12, 0.0, spread=[0.5, 2.0]))
+    net = replace(
+        profile, spread={"level": [1.0], "jitter": [1.0]}, network=Network(1e12, 1e12, 0.0, spread=[0.5, 2.0])
+    )
     drawn = predict_spread(net, replace(cluster, intra_node_gbps=1e-3), pipe, 2, 8, draws=50, steps=1)
     assert drawn.p10 < drawn.p90
 
@@ -435,17 +485,33 @@ def test_the_changed_configuration_verdict_judges_comparable_runs_and_cancels_dr
     from harness.studies.changed_config import MORE_WORKERS, summarise, verdict
 
     def run(configuration, table, measured, predicted, inside, ratio=None):
-        row = {"repeat": 0, "configuration": configuration, "model": "m", "table": table, "measured": measured,
-               "predicted": predicted, "error": predicted / measured - 1, "p10": 0.0, "median": predicted,
-               "p90": 0.0, "inside": inside}
+        row = {
+            "repeat": 0,
+            "configuration": configuration,
+            "model": "m",
+            "table": table,
+            "measured": measured,
+            "predicted": predicted,
+            "error": predicted / measured - 1,
+            "p10": 0.0,
+            "median": predicted,
+            "p90": 0.0,
+            "inside": inside,
+        }
         if ratio is not None:  # measured and predicted over the profiled runs beside it
-            row.update({"measured ratio": ratio[0], "predicted ratio": ratio[1],
-                        "relative error": ratio[1] / ratio[0] - 1})
+            row.update(
+                {"measured ratio": ratio[0], "predicted ratio": ratio[1], "relative error": ratio[1] / ratio[0] - 1}
+            )
         return row
 
-    each = pd.DataFrame([run("profiled", "replay", 50.0, 100.0, False), run("profiled", "replay", 50.0, 100.0, False),
-                         run("changed", "changed", 60.0, 120.0, True, ratio=(1.2, 1.2)),
-                         run("crowded", MORE_WORKERS, 10.0, 200.0, False, ratio=(0.2, 2.0))])
+    each = pd.DataFrame(
+        [
+            run("profiled", "replay", 50.0, 100.0, False),
+            run("profiled", "replay", 50.0, 100.0, False),
+            run("changed", "changed", 60.0, 120.0, True, ratio=(1.2, 1.2)),
+            run("crowded", MORE_WORKERS, 10.0, 200.0, False, ratio=(0.2, 2.0)),
+        ]
+    )
     result = verdict(summarise(each), each)
     assert result["changed"]["mean absolute error"] == pytest.approx(1.0)
     assert result["changed beside the profiled runs"]["mean absolute error"] == pytest.approx(0.0)

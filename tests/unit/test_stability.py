@@ -29,10 +29,13 @@ def test_a_job_is_trained_as_its_strategy_computes():
         torch.testing.assert_close(got[name], tensor, rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("overrides, message", [
-    (["strategy=ashpipe", "world_size=2", "strategy.replicas=[1,1]"], "strategy.boundaries"),
-    (["+case=accuracy/ashpipe_w2", "strategy.switch_plateau=0.1"], "fixed one"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["strategy=ashpipe", "world_size=2", "strategy.replicas=[1,1]"], "strategy.boundaries"),
+        (["+case=accuracy/ashpipe_w2", "strategy.switch_plateau=0.1"], "fixed one"),
+    ],
+)
 def test_a_job_the_reference_cannot_compute_is_refused(overrides, message):
     spec = make_spec(*TINY, *SGD, *overrides)
     with pytest.raises(ConfigError, match=message):
@@ -42,8 +45,7 @@ def test_a_job_the_reference_cannot_compute_is_refused(overrides, message):
 def test_the_command_reports_each_job_and_stops_one_that_diverges(capsys):
     assert stability.main([*TINY, *SGD, "+case=accuracy/dp_w2,accuracy/ashpipe_w3", "train.lr=0.01,1e4"]) == 0
     out = capsys.readouterr()
-    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in out.out.splitlines()
-            if "+case=" in line]
+    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in out.out.splitlines() if "+case=" in line]
     # the job column names what tells the jobs apart; the diverged-at-step column
     diverged = {frozenset(job.split()): cells[5] for job, *cells in rows}
     assert len(diverged) == 4, out.out
@@ -53,10 +55,13 @@ def test_the_command_reports_each_job_and_stops_one_that_diverges(capsys):
     assert "[4/4]" in out.err
 
 
-@pytest.mark.parametrize("bad, message", [
-    (["strategy=ashpipe", "strategy.boundaries=null"], "strategy.boundaries"),
-    (["data=digits", "data.root=/nonexistent"], "/nonexistent"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (["strategy=ashpipe", "strategy.boundaries=null"], "strategy.boundaries"),
+        (["data=digits", "data.root=/nonexistent"], "/nonexistent"),
+    ],
+)
 def test_the_command_refuses_before_training_anything(capsys, bad, message):
     assert stability.main([*TINY, *SGD, "+case=accuracy/dp_w2,accuracy/ashpipe_w2", *bad]) == 2
     err = capsys.readouterr().err

@@ -20,11 +20,14 @@ from tests.helpers.cli import make_spec
 
 def test_the_optimizer_is_torchs_with_the_configured_settings():
     params = [torch.nn.Parameter(torch.zeros(3))]
-    sgd = make_optimizer(params, make_spec("train.optimizer=sgd", "train.momentum=0.9", "train.lr=0.3",
-                                           "train.weight_decay=0.01").train)
+    sgd = make_optimizer(
+        params, make_spec("train.optimizer=sgd", "train.momentum=0.9", "train.lr=0.3", "train.weight_decay=0.01").train
+    )
     assert type(sgd) is torch.optim.SGD and sgd.defaults["momentum"] == 0.9
     assert sgd.defaults["lr"] == 0.3 and sgd.defaults["weight_decay"] == 0.01
-    adamw = make_optimizer(params, make_spec("train.optimizer=adamw", "train.lr=0.002", "train.weight_decay=0.05").train)
+    adamw = make_optimizer(
+        params, make_spec("train.optimizer=adamw", "train.lr=0.002", "train.weight_decay=0.05").train
+    )
     assert type(adamw) is torch.optim.AdamW and adamw.defaults["lr"] == 0.002 and adamw.defaults["weight_decay"] == 0.05
 
 
@@ -47,14 +50,25 @@ def _steps_of(optimizer, k: int) -> list[float]:
 
 def test_learning_rate_schedules_step_with_the_optimizer_and_ride_in_its_state_dict():
     params = [torch.nn.Parameter(torch.zeros(3))]
-    warm_cosine = make_spec("train.optimizer=sgd", "train.lr=1.0", "train.lr_schedule=cosine",
-                            "train.lr_warmup_steps=2", "train.lr_min_ratio=0.1", "train.steps=6").train
+    warm_cosine = make_spec(
+        "train.optimizer=sgd",
+        "train.lr=1.0",
+        "train.lr_schedule=cosine",
+        "train.lr_warmup_steps=2",
+        "train.lr_min_ratio=0.1",
+        "train.steps=6",
+    ).train
     rates = _steps_of(make_optimizer(params, warm_cosine, steps=6), 7)
     assert rates[:2] == pytest.approx([0.5, 1.0])  # linear warm-up over 2 steps
     assert rates[2] == pytest.approx(1.0) and rates[6] == pytest.approx(0.1)  # cosine from 1 to the floor at step 6
     assert all(a >= b for a, b in zip(rates[2:], rates[3:]))
-    step = make_spec("train.optimizer=sgd", "train.lr=1.0", "train.lr_schedule=step", "train.lr_decay_steps=2",
-                     "train.lr_decay_factor=0.5").train
+    step = make_spec(
+        "train.optimizer=sgd",
+        "train.lr=1.0",
+        "train.lr_schedule=step",
+        "train.lr_decay_steps=2",
+        "train.lr_decay_factor=0.5",
+    ).train
     assert _steps_of(make_optimizer(params, step), 6) == pytest.approx([1, 1, 0.5, 0.5, 0.25, 0.25])
     # a checkpoint's optimizer state carries the schedule's position: a new optimizer resumes it
     first = make_optimizer(params, warm_cosine, steps=6)
@@ -81,8 +95,11 @@ def test_clipping_a_split_model_clips_by_the_whole_models_norm():
     norms summed over the three ranks give the whole model's, and every rank scales alike."""
     whole = [torch.nn.Parameter(torch.zeros(4)), torch.nn.Parameter(torch.zeros(2))]
     whole[0].grad, whole[1].grad = torch.tensor([3.0, 0, 0, 0]), torch.tensor([0, 4.0])  # norm 5
-    ranks = [[whole[0].detach().clone().requires_grad_()], [whole[1].detach().clone().requires_grad_()],
-             [whole[1].detach().clone().requires_grad_()]]
+    ranks = [
+        [whole[0].detach().clone().requires_grad_()],
+        [whole[1].detach().clone().requires_grad_()],
+        [whole[1].detach().clone().requires_grad_()],
+    ]
     for rank, source in zip(ranks, (whole[0], whole[1], whole[1])):
         rank[0].grad = source.grad.clone()
     weights = [1.0, 0.5, 0.5]
@@ -105,10 +122,12 @@ def test_the_delay_correction_divides_by_the_delay_then_anneals_to_the_full_rate
     stale = make_optimizer(params, spec.train, lr_scale=delay_lr_scale(4, lambda: 2, anneal_steps=4))
     carry_schedule(stale, 2)  # the pipeline starts after two synchronous steps
     # 4 ** -p with p = 1, 3/4, 1/2, 1/4, 0, then the full rate
-    assert _steps_of(stale, 6) == pytest.approx([4 ** -p for p in (1, 0.75, 0.5, 0.25, 0, 0)])
+    assert _steps_of(stale, 6) == pytest.approx([4**-p for p in (1, 0.75, 0.5, 0.25, 0, 0)])
     # one update stale: 1 ** -p leaves the rate alone; the schedule's own factor still applies
     warm = make_spec("train.optimizer=sgd", "train.lr=1.0", "train.lr_warmup_steps=2").train
-    assert _steps_of(make_optimizer(params, warm, lr_scale=delay_lr_scale(1, lambda: 0, 4)), 3) == pytest.approx([0.5, 1, 1])
+    assert _steps_of(make_optimizer(params, warm, lr_scale=delay_lr_scale(1, lambda: 0, 4)), 3) == pytest.approx(
+        [0.5, 1, 1]
+    )
 
 
 def test_weight_prediction_extrapolates_the_optimizers_own_update():

@@ -35,8 +35,9 @@ _FREE_PORT = "import socket; s = socket.socket(); s.bind(('', 0)); print(s.getso
 def _queued(job_id: str) -> bool:
     """Whether Slurm still lists the job (pending or running again after a requeue)."""
     try:
-        done = subprocess.run(["squeue", "-h", "-j", str(job_id), "-o", "%T"], capture_output=True, text=True,
-                              timeout=30)
+        done = subprocess.run(
+            ["squeue", "-h", "-j", str(job_id), "-o", "%T"], capture_output=True, text=True, timeout=30
+        )
     except (OSError, subprocess.TimeoutExpired):
         return False
     return done.returncode == 0 and bool(done.stdout.strip())
@@ -61,15 +62,21 @@ class WorldSizeSlurmLauncher(SlurmLauncher):
         results: list[JobReturn | None] = [None] * len(job_overrides)
         pending = []
         for (nodes, tasks), members in groups.items():
-            executor = submitit.AutoExecutor(cluster="slurm", folder=self.params["submitit_folder"],
-                                             slurm_max_num_timeout=self.params.get("max_num_timeout", 0))
+            executor = submitit.AutoExecutor(
+                cluster="slurm",
+                folder=self.params["submitit_folder"],
+                slurm_max_num_timeout=self.params.get("max_num_timeout", 0),
+            )
             executor.update_parameters(**self._queue_parameters(nodes, tasks))
             calls = []
             for i in members:
                 idx = initial_job_idx + i
-                log.info(f"\t#{idx} : {' '.join(filter_overrides(job_overrides[i]))} ({nodes} node(s) x {tasks} task(s))")
-                calls.append((list(job_overrides[i]), "hydra.sweep.dir", idx, f"job_id_for_{idx}",
-                              Singleton.get_state()))
+                log.info(
+                    f"\t#{idx} : {' '.join(filter_overrides(job_overrides[i]))} ({nodes} node(s) x {tasks} task(s))"
+                )
+                calls.append(
+                    (list(job_overrides[i]), "hydra.sweep.dir", idx, f"job_id_for_{idx}", Singleton.get_state())
+                )
             pending.append((members, executor.map_array(self, *zip(*calls))))
         for members, jobs in pending:  # every array is queued before any is waited for
             for i, job in zip(members, jobs):

@@ -37,8 +37,10 @@ def load_switch(folder: str, rank: int, device: torch.device, replicas: list[int
         raise ConfigError(f"no switch checkpoint for rank {rank} at {path}")
     state = torch.load(path, map_location=device)
     if state["replicas"] != list(replicas):
-        raise ConfigError(f"{path} was written with replicas {state['replicas']}; this job has "
-                          f"{list(replicas)}: pass strategy.replicas={state['replicas']}")
+        raise ConfigError(
+            f"{path} was written with replicas {state['replicas']}; this job has "
+            f"{list(replicas)}: pass strategy.replicas={state['replicas']}"
+        )
     return state
 
 

@@ -78,8 +78,13 @@ def _update_direction(opt: torch.optim.Optimizer, params) -> dict[str, torch.Ten
     return out
 
 
-def ashpipe_reference(spec, batches: Iterable, boundaries: list[int], switch_at: int = 0,
-                      on_loss: Callable[[int, float], bool] | None = None) -> dict[str, torch.Tensor]:
+def ashpipe_reference(
+    spec,
+    batches: Iterable,
+    boundaries: list[int],
+    switch_at: int = 0,
+    on_loss: Callable[[int, float], bool] | None = None,
+) -> dict[str, torch.Tensor]:
     """The parameters after training on ``batches`` (keyed "<layer>.<name>"), the first ``switch_at``
     synchronously on the whole model, the rest through ``boundaries``' stages. ``on_loss(step,
     loss)``, where given, sees each step's loss and may end the training early by returning True."""

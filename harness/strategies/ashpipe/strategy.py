@@ -134,27 +134,36 @@ class AshPipeStrategy(Strategy):
         if st.resume_from and not os.path.isdir(st.resume_from):
             raise ConfigError(f"strategy.resume_from={st.resume_from} is not a directory with a switch checkpoint")
         if st.resume_from and spec.train.resume:
-            raise ConfigError("strategy.resume_from (a switch checkpoint) and train.resume (a run's checkpoint) both "
-                              "say where to start; give one")
+            raise ConfigError(
+                "strategy.resume_from (a switch checkpoint) and train.resume (a run's checkpoint) both "
+                "say where to start; give one"
+            )
         if spec.train.resume:
             checkpointed_layout(spec, 0)  # an AshPipe checkpoint, or one line saying it is not
         if st.memory_limit is not None and st.replicas is None:
             check_memory_limit_is_reachable(spec)
         if st.weight_prediction and spec.train.optimizer == "sgd" and spec.train.momentum == 0:
-            raise ConfigError("strategy.weight_prediction extrapolates along SGD's momentum, and train.momentum=0 "
-                              "has none: set train.momentum (e.g. 0.9) or use train.optimizer=adamw")
+            raise ConfigError(
+                "strategy.weight_prediction extrapolates along SGD's momentum, and train.momentum=0 "
+                "has none: set train.momentum (e.g. 0.9) or use train.optimizer=adamw"
+            )
         if st.lr_correction_steps is not None and not st.lr_correction:
-            raise ConfigError(f"strategy.lr_correction_steps={st.lr_correction_steps} applies with "
-                              "strategy.lr_correction=true only")
+            raise ConfigError(
+                f"strategy.lr_correction_steps={st.lr_correction_steps} applies with strategy.lr_correction=true only"
+            )
 
     @classmethod
     def reference_layout(cls, spec) -> tuple[list[int], int]:
         if switch_step(spec) is None:
-            raise ConfigError("strategy.switch_plateau decides the switch during the run; the reference needs a fixed "
-                              "one (strategy.switch_step, switch_epoch or switch_fraction)")
+            raise ConfigError(
+                "strategy.switch_plateau decides the switch during the run; the reference needs a fixed "
+                "one (strategy.switch_step, switch_epoch or switch_fraction)"
+            )
         if spec.strategy.boundaries is None:
-            raise ConfigError("strategy=ashpipe without strategy.boundaries: the planner cuts the model from timings "
-                              "taken at the start of the run; give the cut (strategy.boundaries=[...]) to compare")
+            raise ConfigError(
+                "strategy=ashpipe without strategy.boundaries: the planner cuts the model from timings "
+                "taken at the start of the run; give the cut (strategy.boundaries=[...]) to compare"
+            )
         return list(spec.strategy.boundaries), switch_step(spec)
 
     @classmethod
@@ -182,13 +191,33 @@ class AshPipeStrategy(Strategy):
     def simulated(cls, spec, profile, cluster):
         st = spec.strategy
         if st.replicas is not None:
-            return simulated_pipeline(spec, profile, list(st.replicas), ASYNC, hides_allreduce=False,
-                                      recompute_rule=st.recompute, stashes_weights=True, micro_batches=1)
+            return simulated_pipeline(
+                spec,
+                profile,
+                list(st.replicas),
+                ASYNC,
+                hides_allreduce=False,
+                recompute_rule=st.recompute,
+                stashes_weights=True,
+                micro_batches=1,
+            )
         # the planner sees the cluster's devices and network, as it would in a job there
-        chosen = plan(scaled_profile(profile, cluster, cluster.network()), spec.world_size, spec.train.global_batch,
-                      cluster.memory_gib * 2**30)
-        return SimLayout(st.name, chosen.replicas, chosen.boundaries, 1, ASYNC, set(chosen.recompute_layers),
-                         hides_allreduce=False, stashes_weights=True)
+        chosen = plan(
+            scaled_profile(profile, cluster, cluster.network()),
+            spec.world_size,
+            spec.train.global_batch,
+            cluster.memory_gib * 2**30,
+        )
+        return SimLayout(
+            st.name,
+            chosen.replicas,
+            chosen.boundaries,
+            1,
+            ASYNC,
+            set(chosen.recompute_layers),
+            hides_allreduce=False,
+            stashes_weights=True,
+        )
 
     def __init__(self, spec, layers, ctx, comm):
         super().__init__(spec, layers, ctx, comm)
@@ -237,10 +266,19 @@ class AshPipeStrategy(Strategy):
         def corrected(delay: int):  # PipeMare: a stage's rate divided by its delay, annealed away
             return delay_lr_scale(delay, lambda: self.hybrid_start, lr_correction_steps(spec))
 
-        pipe = build_pipeline(spec, self.layers, self.ctx, self.comm, replicas, partition=partition,
-                              recompute=recompute, asynchronous=True,
-                              lr_scale=corrected if spec.strategy.lr_correction else None, steps_done=self.calls,
-                              optimizer_state=optimizer_state)
+        pipe = build_pipeline(
+            spec,
+            self.layers,
+            self.ctx,
+            self.comm,
+            replicas,
+            partition=partition,
+            recompute=recompute,
+            asynchronous=True,
+            lr_scale=corrected if spec.strategy.lr_correction else None,
+            steps_done=self.calls,
+            optimizer_state=optimizer_state,
+        )
         self.partition, self.build, self.plan = pipe.partition, pipe.build, pipe.plan
         self.params, self.optimizer, self.executor = pipe.params, pipe.optimizer, pipe.executor
         self.eval_actions = schedules.get(ASYNC).forward_only(self.plan.topo.num_stages, 1, 1)[self.plan.stage]
@@ -265,9 +303,17 @@ class AshPipeStrategy(Strategy):
         folder = switch_folder(self.spec.output_dir)
         if folder is None:
             return
-        save_switch(folder, self.ctx.rank, {**self.checkpoint_state(), "step": self.calls,
-                                            "replicas": list(self.plan.topo.replicas),
-                                            "boundaries": self.partition.boundaries, "model": self.spec.model.name})
+        save_switch(
+            folder,
+            self.ctx.rank,
+            {
+                **self.checkpoint_state(),
+                "step": self.calls,
+                "replicas": list(self.plan.topo.replicas),
+                "boundaries": self.partition.boundaries,
+                "model": self.spec.model.name,
+            },
+        )
 
     def _load_switch_checkpoint(self, folder: str) -> None:
         state = load_switch(folder, self.ctx.rank, self.ctx.device, self.plan.topo.replicas)
@@ -296,15 +342,35 @@ class AshPipeStrategy(Strategy):
         """This rank's weights and optimizer state (the whole model's in the data-parallel phase of
         Switch Parallelism), its step, and the layout it trains, which a resumed run rebuilds
         instead of planning again. The pipeline is drained (:meth:`quiesce`)."""
-        state = {"step": self.calls, "drains": self.drains, "switch_at": self.switch_at,
-                 "switch_reason": self.switch_reason, "hybrid_start": self.hybrid_start}
+        state = {
+            "step": self.calls,
+            "drains": self.drains,
+            "switch_at": self.switch_at,
+            "switch_reason": self.switch_reason,
+            "hybrid_start": self.hybrid_start,
+        }
         if self._dp is not None:
-            params = {f"{i}.{n}": p.detach().cpu().clone() for i, layer in enumerate(self.layers)
-                      for n, p in layer.named_parameters()}
-            return {**state, "mode": "dp", "layers": list(range(len(self.layers))), "params": params,
-                    "optimizer": self._dp.optimizer.state_dict(), "dp_losses": list(self._dp.global_losses())}
-        return {**super().checkpoint_state(), **state, "mode": "hybrid", "replicas": list(self.plan.topo.replicas),
-                "boundaries": list(self.partition.boundaries), "recompute": sorted(self.build.recompute)}
+            params = {
+                f"{i}.{n}": p.detach().cpu().clone()
+                for i, layer in enumerate(self.layers)
+                for n, p in layer.named_parameters()
+            }
+            return {
+                **state,
+                "mode": "dp",
+                "layers": list(range(len(self.layers))),
+                "params": params,
+                "optimizer": self._dp.optimizer.state_dict(),
+                "dp_losses": list(self._dp.global_losses()),
+            }
+        return {
+            **super().checkpoint_state(),
+            **state,
+            "mode": "hybrid",
+            "replicas": list(self.plan.topo.replicas),
+            "boundaries": list(self.partition.boundaries),
+            "recompute": sorted(self.build.recompute),
+        }
 
     def load_checkpoint_state(self, state: dict) -> None:
         if state.get("mode") == "dp":
@@ -353,8 +419,15 @@ class AshPipeStrategy(Strategy):
         self.entered += 1
         self.build.module.train()
         run = self.executor.run(actions, x, y, training=True, flush=False)
-        self.step_stats.append({"compute_s": run.compute_s, "comm_s": run.comm_s, "idle_s": run.idle_s,
-                                "events": run.events, "allreduce": run.allreduce})
+        self.step_stats.append(
+            {
+                "compute_s": run.compute_s,
+                "comm_s": run.comm_s,
+                "idle_s": run.idle_s,
+                "events": run.events,
+                "allreduce": run.allreduce,
+            }
+        )
         return run.loss
 
     def finish_training(self) -> None:
@@ -378,17 +451,30 @@ class AshPipeStrategy(Strategy):
     def memory_parts(self):
         if self._dp is not None:
             return self._dp.memory_parts()
-        return {"parameters": self.params, "optimizer_state": optimizer_state_tensors(self.optimizer),
-                "stashed_weights": self.executor.stashed_tensors()}
+        return {
+            "parameters": self.params,
+            "optimizer_state": optimizer_state_tensors(self.optimizer),
+            "stashed_weights": self.executor.stashed_tensors(),
+        }
 
     def layout(self):
         if self.executor is None:
-            return {"stage": "dp", "layers": [0, len(self.layers)], "switch_step": None,
-                    "switch_reason": self.switch_reason}
-        return {"stage": self.plan.stage, "replica": self.plan.replica, "layers": list(self.build.layer_range),
-                "boundaries": self.partition.boundaries, "replicas": list(self.plan.topo.replicas),
-                "recompute": sorted(self.build.recompute), "switch_step": self.switch_at,
-                "switch_reason": self.switch_reason}
+            return {
+                "stage": "dp",
+                "layers": [0, len(self.layers)],
+                "switch_step": None,
+                "switch_reason": self.switch_reason,
+            }
+        return {
+            "stage": self.plan.stage,
+            "replica": self.plan.replica,
+            "layers": list(self.build.layer_range),
+            "boundaries": self.partition.boundaries,
+            "replicas": list(self.plan.topo.replicas),
+            "recompute": sorted(self.build.recompute),
+            "switch_step": self.switch_at,
+            "switch_reason": self.switch_reason,
+        }
 
     def extra_metrics(self):
         figures = {"drains": self.drains, "drain_s": self.drain_s}

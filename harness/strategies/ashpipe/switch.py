@@ -40,8 +40,10 @@ def plateau(losses: list[float], window: int, threshold: float) -> str | None:
     gain = (before - last) / abs(before) if before else 0.0
     if gain >= threshold:
         return None
-    return (f"plateau: DP's mean loss over steps {len(losses) - window}-{len(losses) - 1} improved by {100 * gain:.2f}% "
-            f"on the {window} steps before ({before:.4f} -> {last:.4f}), under strategy.switch_plateau={threshold}")
+    return (
+        f"plateau: DP's mean loss over steps {len(losses) - window}-{len(losses) - 1} improved by {100 * gain:.2f}% "
+        f"on the {window} steps before ({before:.4f} -> {last:.4f}), under strategy.switch_plateau={threshold}"
+    )
 
 
 def fixed_reason(spec, step: int) -> str:
