@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from harness.core.errors import ConfigError
 from harness.core.training import make_optimizer, mean_loss
 from harness.metrics.meter import optimizer_state_tensors
-from harness.runtime import schedule as sch
+from harness.runtime import actions as sch
 from harness.strategies.base import PipelineKeys, Strategy, summed_eval
 from harness.strategies.layout import (
     Partition,

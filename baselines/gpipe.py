@@ -27,7 +27,7 @@ from harness.core.models import num_layers
 from harness.core.options import bounded, choice
 from harness.core.training import clip_gradients, eval_counts, make_optimizer, mean_loss, with_precision
 from harness.metrics.meter import optimizer_state_tensors, stage_annotation
-from harness.runtime import schedule as sch
+from harness.runtime import actions as sch
 from harness.runtime.partition import stage_ranges
 from harness.strategies.base import EvalResult, Strategy, StrategyConfig
 from harness.strategies.layout import check_layout, resolve_boundaries, simulated_pipeline

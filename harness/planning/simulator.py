@@ -2,7 +2,7 @@
 
 One source of truth: the per-stage action lists come from the schedule registry
 (:mod:`harness.runtime.schedules`: the lists the executor or the library runs), and
-:func:`harness.runtime.schedule.replay` replays them; this module only says
+:func:`harness.runtime.actions.replay` replays them; this module only says
 what each action costs on a given cluster, from a measured profile
 (:class:`harness.planning.planner.Profile`):
 
@@ -37,7 +37,7 @@ from harness.core.errors import ConfigError
 from harness.planning.planner import Network, Profile
 from harness.report.environment import environment
 from harness.report.schema import SCHEMA_VERSION
-from harness.runtime import schedule as sch
+from harness.runtime import actions as sch
 from harness.runtime import schedules
 from harness.runtime.partition import balanced_boundaries, stage_ranges
 
@@ -60,7 +60,7 @@ class SimLayout:
     # the action lists the strategy's library issues, one per stage, where they differ from
     # ``schedule``'s own (DeepSpeed's order of transfers); None: ``schedule``'s
     lists: list[list[sch.Action]] | None = None
-    # transfers are blocking calls that meet their receive (harness.runtime.schedule.replay)
+    # transfers are blocking calls that meet their receive (harness.runtime.actions.replay)
     rendezvous: bool = False
 
 

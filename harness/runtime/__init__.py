@@ -2,7 +2,8 @@
 
 topology  stages, replicas, ranks and the samples each rank owns
 partition where to cut the layer list (balanced on measured costs)
-schedule  per-stage action lists as data, and a simulator for them
+actions   per-stage action lists as data, and their replay
+schedules the registry of named schedules
 executor  runs action lists on one rank over harness.core.comm
 stage     from a pipeline layout (plain data) to this rank's stage
 

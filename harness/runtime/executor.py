@@ -26,7 +26,7 @@ from torch.utils.checkpoint import checkpoint
 from harness.core.comm import Comm, Pending
 from harness.core.timing import DeviceTimer
 from harness.core.training import clip_gradients, eval_counts, predict_weights_, summed_loss
-from harness.runtime import schedule as sch
+from harness.runtime import actions as sch
 from harness.runtime.topology import Topology, owned_range, transfers
 
 
@@ -375,7 +375,7 @@ class StageExecutor:
         complete and nothing in flight. ``flush=False`` (asynchronous schedules)
         keeps minibatches in flight, and their sends, for the next call.
         ``posting``: the order to post the call's receives in where it is not the list's own
-        (:func:`harness.runtime.schedule.receive_order`).
+        (:func:`harness.runtime.actions.receive_order`).
         """
         self._posting, self._next_post = posting or [], 0
         if not training:
@@ -534,7 +534,7 @@ class StageExecutor:
     def _received_tensor(self, a: sch.Action) -> torch.Tensor:
         """The tensor of receive ``a``, once it has arrived. It is posted here, after the receives
         the call's posting order puts before it (each peer's messages in the order the peer sends
-        them, :func:`harness.runtime.schedule.receive_order`: NCCL pairs messages by order),
+        them, :func:`harness.runtime.actions.receive_order`: NCCL pairs messages by order),
         unless an earlier receive posted it already."""
         while a not in self._posted:
             if self._next_post < len(self._posting):

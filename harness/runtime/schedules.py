@@ -1,7 +1,7 @@
 """The schedule registry: every pipeline schedule by name, as data, in one place.
 
 A schedule is, per rank, the list of actions one training step runs
-(:mod:`harness.runtime.schedule`). Its entry here says how its lists are built, where
+(:mod:`harness.runtime.actions`). Its entry here says how its lists are built, where
 its stages live (one per rank, or several in loop or V placement), whether it splits
 each backward into an input- and a weight-gradient part, whether it is asynchronous
 (no flush), which runtimes run it (our executor, torch.distributed.pipelining) and what
@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from harness.runtime import schedule as sch
+from harness.runtime import actions as sch
 from harness.runtime import torch_schedules
 
 

@@ -7,7 +7,7 @@ schedule class computes its order for every rank, with the sends and receives it
 runtime will issue (``_schedule_visualizer.get_schedule_ops``, which builds the
 schedule on placeholder stages, no process needed; each receive placed where the runtime
 waits for it), translated action for action into
-:class:`harness.runtime.schedule.Action` with the stage each one acts on. So the
+:class:`harness.runtime.actions.Action` with the stage each one acts on. So the
 simulator replays exactly what a run executes, and the checks before launch refuse
 exactly what the library would refuse (its own error, in one line).
 """
@@ -19,7 +19,7 @@ import functools
 import io
 import logging
 
-from harness.runtime import schedule as sch
+from harness.runtime import actions as sch
 
 
 class LibraryRefused(ValueError):

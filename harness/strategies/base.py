@@ -41,7 +41,7 @@ from harness.core.errors import ConfigError
 from harness.core.options import bounded
 from harness.planning.planner import Profile
 from harness.planning.simulator import Cluster, SimLayout
-from harness.runtime import schedule as sch
+from harness.runtime import actions as sch
 from harness.runtime import schedules
 
 

@@ -25,7 +25,7 @@ import torch
 from harness.core.errors import ConfigError
 from harness.core.options import bounded
 from harness.metrics.meter import optimizer_state_tensors
-from harness.runtime import schedule as sch
+from harness.runtime import actions as sch
 from harness.runtime import schedules
 from harness.strategies.base import MultiStageKeys, Strategy, summed_eval
 from harness.strategies.layout import (

@@ -11,7 +11,7 @@ from harness.config.registry import CONFIG_DIR, strategy_classes
 from harness.report import columns, figures
 from harness.report.record import write
 from harness.report.tables import load_records, render
-from harness.runtime import schedule as sch
+from harness.runtime import actions as sch
 from harness.runtime import schedules
 from tests.helpers.docs import code_blocks, run_block
 from tests.unit.test_results import _rec

@@ -4,7 +4,7 @@ from dataclasses import replace
 
 import pytest
 
-from harness.runtime import schedule as sch
+from harness.runtime import actions as sch
 from harness.runtime import schedules
 from harness.runtime.topology import Topology, micro_ranges, owned_range, transfers
 

@@ -242,7 +242,7 @@ def test_each_strategy_class_gives_the_simulator_its_own_layout(overrides, repli
 @pytest.mark.parametrize("p,m", [(2, 1), (2, 4), (3, 2), (4, 8), (5, 3)])
 def test_deepspeeds_own_schedule_runs_each_micro_batch_once_and_meets_every_blocking_transfer(p, m):
     from baselines.deepspeed_pipe import train_schedule
-    from harness.runtime import schedule as sch
+    from harness.runtime import actions as sch
 
     lists = [list(acts) for acts in train_schedule(p, m)]
     for acts in lists:
@@ -288,7 +288,7 @@ def test_a_profile_of_another_depth_is_refused_in_one_line():
 
 
 def test_a_replay_of_balanced_measured_costs_gives_the_analytic_bubble_and_imbalance_adds_to_it():
-    from harness.runtime import schedule as sch
+    from harness.runtime import actions as sch
     from harness.runtime.schedules import replayed_bubble
 
     def busy(m, forward, backward):  # seconds a stage spent on each kind in one step of m micro-batches

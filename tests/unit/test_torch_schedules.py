@@ -2,7 +2,7 @@
 
 import pytest
 
-from harness.runtime import schedule as sch
+from harness.runtime import actions as sch
 from harness.runtime import schedules, torch_schedules
 
 MULTI = [s.name for s in schedules.SCHEDULES.values() if s.placement != "one"]

@@ -2,7 +2,7 @@
 
 - Asynchronous PipeDream-style 1F1B: one minibatch at a time, no flush; each
   stage steps its optimizer after every backward
-  (:func:`harness.runtime.schedule.async_step`).
+  (:func:`harness.runtime.actions.async_step`).
 - Weight stashing: a forward runs on a copy of the stage's weights, kept until
   that minibatch's backward, so the backward uses exactly the weights its
   forward used (the executor's ``stash_weights``); stage s keeps at most
@@ -52,7 +52,7 @@ from harness.metrics.meter import optimizer_state_tensors
 from harness.planning.in_job import plan_in_job
 from harness.planning.planner import plan
 from harness.planning.simulator import SimLayout, scaled_profile
-from harness.runtime import schedule as sch
+from harness.runtime import actions as sch
 from harness.runtime import schedules
 from harness.runtime.executor import StageExecutor
 from harness.runtime.schedules import ASYNC

@@ -1,4 +1,4 @@
-"""Pipeline schedules as plain data, and a replay that checks and times them.
+"""Pipeline schedules' action lists as plain data, and a replay that checks and times them.
 
 A schedule is one list of :class:`Action` per stage (all replicas of a stage
 run the same list). The executor maps each action to one method; :func:`replay`
