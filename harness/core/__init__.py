@@ -9,4 +9,5 @@ models       timm ViTs as a list of partitionable layers
 data         the data sets and the global batch order every strategy shares
 training     the loss, batch shares, optimizer, schedule and precision every strategy trains with
 checkpoints  where a run's checkpoints live
+vocabulary   the names measurement and report share: idle and memory parts, the reference strategy
 """

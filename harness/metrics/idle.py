@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import bisect
 
-PARTS = ("compute", "peer_wait", "collective", "exposed_comm", "host")
+from harness.core.vocabulary import IDLE_PARTS as PARTS  # the breakdown's keys, in order
 
 
 def _merged(intervals: list[tuple[float, float]]) -> tuple[list[float], list[float]]:

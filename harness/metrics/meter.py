@@ -56,7 +56,7 @@ from torch._C._profiler import RecordScope, _EventType
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 from torch.profiler import ProfilerActivity, profile
 
-MEMORY_PARTS = ("parameters", "gradients", "optimizer_state", "stashed_weights")
+from harness.core.vocabulary import MEASURED_MEMORY_PARTS, OTHER_MEMORY
 
 
 def tensor_bytes(tensors: Iterable[torch.Tensor], skip: set[int] = frozenset()) -> int:
@@ -165,7 +165,7 @@ class StepMeter:
         # against what is live at the end of the step
         named = parts()
         sizes, taken = {"gradients": sum(grads.values())}, set()
-        for key in ("parameters", "optimizer_state", "stashed_weights"):
+        for key in (k for k in MEASURED_MEMORY_PARTS if k != "gradients"):  # the tensors the strategy names
             found = storage_sizes(named.get(key, ()), skip=taken)
             sizes[key] = sum(found.values())
             taken |= set(found)
@@ -174,7 +174,7 @@ class StepMeter:
             peak, start = peak - sizes["host_excluded"], start - sizes["host_excluded"]
         self.peak_bytes = peak
         sizes["at_step_start"] = start
-        sizes["other"] = peak - sum(sizes[k] for k in MEMORY_PARTS)
+        sizes[OTHER_MEMORY] = peak - sum(sizes[k] for k in MEASURED_MEMORY_PARTS)
         self.breakdown = sizes
 
 

@@ -18,6 +18,8 @@ from typing import Callable, Union
 
 import pandas as pd
 
+from harness.core import vocabulary
+from harness.core.vocabulary import idle_field, memory_field
 from harness.report.record import config_name
 
 Source = Union[str, Callable[[pd.DataFrame], pd.Series]]
@@ -137,34 +139,18 @@ COLUMNS: list[Column] = [
     ),
     Column("me", "ME", "me", "x DP", digits=3, better="higher", figure=True, sets=(PAPER, MEMORY), speed=True),
     # the peak rank's measured breakdown (harness.metrics.meter); "other" is activations and the rest
-    Column(
-        "memory_parameters", "params MiB", "memory_parameters", "MiB", scale=_MiB, digits=1, figure=True, sets=(MEMORY,)
-    ),
-    Column(
-        "memory_gradients", "grads MiB", "memory_gradients", "MiB", scale=_MiB, digits=1, figure=True, sets=(MEMORY,)
-    ),
-    Column(
-        "memory_optimizer_state",
-        "optim MiB",
-        "memory_optimizer_state",
-        "MiB",
-        scale=_MiB,
-        digits=1,
-        figure=True,
-        sets=(MEMORY,),
-    ),
-    Column(
-        "memory_stashed_weights",
-        "stashed MiB",
-        "memory_stashed_weights",
-        "MiB",
-        scale=_MiB,
-        digits=1,
-        figure=True,
-        sets=(MEMORY,),
-    ),
-    Column(
-        "memory_other", "activations+ MiB", "memory_other", "MiB", scale=_MiB, digits=1, figure=True, sets=(MEMORY,)
+    *(
+        Column(
+            memory_field(p.key),
+            f"{p.short} MiB",
+            memory_field(p.key),
+            "MiB",
+            scale=_MiB,
+            digits=1,
+            figure=True,
+            sets=(MEMORY,),
+        )
+        for p in vocabulary.MEMORY
     ),
     Column(
         "top1", "top-1 %", "accuracy", "%", scale=100, digits=2, better="higher", figure=True, sets=(PAPER, ACCURACY)
@@ -205,52 +191,21 @@ COLUMNS: list[Column] = [
     ),
     Column("bubble_analytic", "analytic %", "bubble_analytic", "%", scale=100, digits=1, figure=True, sets=(IDLE,)),
     Column("bubble_replayed", "replayed %", "bubble_replayed", "%", scale=100, digits=1, figure=True, sets=(IDLE,)),
-    # of the job's profiled step, mean over ranks (harness.metrics.idle): the five parts add up to 100
-    Column(
-        "idle_compute",
-        "compute %",
-        _field("idle_compute"),
-        "%",
-        scale=100,
-        digits=1,
-        figure=True,
-        sets=(IDLE,),
-        speed=True,
+    # of the job's profiled step, mean over ranks (harness.metrics.idle): the parts add up to 100
+    *(
+        Column(
+            idle_field(p.key),
+            f"{p.short} %",
+            _field(idle_field(p.key)),
+            "%",
+            scale=100,
+            digits=1,
+            figure=True,
+            sets=(IDLE,),
+            speed=True,
+        )
+        for p in vocabulary.IDLE
     ),
-    Column(
-        "idle_peer_wait",
-        "peer wait %",
-        _field("idle_peer_wait"),
-        "%",
-        scale=100,
-        digits=1,
-        figure=True,
-        sets=(IDLE,),
-        speed=True,
-    ),
-    Column(
-        "idle_collective",
-        "collective %",
-        _field("idle_collective"),
-        "%",
-        scale=100,
-        digits=1,
-        figure=True,
-        sets=(IDLE,),
-        speed=True,
-    ),
-    Column(
-        "idle_exposed_comm",
-        "exposed comm %",
-        _field("idle_exposed_comm"),
-        "%",
-        scale=100,
-        digits=1,
-        figure=True,
-        sets=(IDLE,),
-        speed=True,
-    ),
-    Column("idle_host", "host %", _field("idle_host"), "%", scale=100, digits=1, figure=True, sets=(IDLE,), speed=True),
     Column(
         "hidden_allreduce",
         "hidden AR ms",

@@ -27,6 +27,7 @@ from typing import Callable, Iterator
 import matplotlib
 import pandas as pd
 
+from harness.core.vocabulary import MEMORY_NAMES, MEMORY_PARTS, REFERENCE_STRATEGY
 from harness.report.record import config_name, diverged_at, natural_key, variant_text
 from harness.report.statistics import interval
 from harness.report.traces import run_name, write_trace
@@ -58,7 +59,7 @@ _RC = {
 # one colour per strategy (Okabe-Ito, distinguishable in grey and by colour-blind readers);
 # a strategy not listed takes the next unused colour
 _STRATEGY_COLORS = {
-    "dp": "#000000",
+    REFERENCE_STRATEGY: "#000000",
     "hippie": "#D55E00",
     "ashpipe": "#0072B2",
     "pipelining": "#009E73",
@@ -232,21 +233,13 @@ def throughput_vs_workers(records: list[dict], out_dir: str) -> list[str]:
         return save(fig, out_dir, "throughput_vs_workers")
 
 
-# the parts of a rank's peak the meter records, bottom to top; "other" is what no part claims:
-# activations kept for the backward, and the rest of the step's temporaries
-MEMORY_PARTS = {
-    "parameters": "parameters",
-    "gradients": "gradients",
-    "optimizer_state": "optimizer state",
-    "stashed_weights": "stashed weights",
-    "other": "activations and other",
-}
+# one colour per part of a rank's peak (harness.core.vocabulary.MEMORY_PARTS, bottom to top)
 _PART_COLORS = ["#4C72B0", "#DD8452", "#55A868", "#8172B3", "#BBBBBB"]
 
 
 def _rank_parts(record: dict) -> list[dict[str, float] | None]:
-    """Each rank's peak split into :data:`MEMORY_PARTS` (MiB), or None where the rank recorded no
-    split (then its bar is its peak alone)."""
+    """Each rank's peak split into the memory parts (MiB, :mod:`harness.core.vocabulary`), or None
+    where the rank recorded no split (then its bar is its peak alone)."""
     out = []
     for rank in record.get("per_rank") or []:
         parts = rank.get("memory_breakdown")
@@ -292,7 +285,7 @@ def memory_per_rank(records: list[dict], out_dir: str) -> list[str]:
         ax.set_xlabel("peak memory per rank (MiB); one bar per rank, rank 0 on top")
         ax.grid(axis="x", alpha=0.3)
         handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in _PART_COLORS]
-        labels = list(MEMORY_PARTS.values())
+        labels = [MEMORY_NAMES[k] for k in MEMORY_PARTS]
         if plain_seen:
             handles.append(plt.Rectangle((0, 0), 1, 1, facecolor="white", edgecolor="#555555", hatch="...."))
             labels.append("peak, not split")
@@ -348,7 +341,7 @@ def _curves_of(records: list[dict], styles: Styles, out_dir: str, name: str) -> 
                 color=styles.color(first),
                 linestyle=styles.line(first),
                 marker=styles.marker(first),
-                zorder=3 if first.get("strategy") == "dp" else 2,
+                zorder=3 if first.get("strategy") == REFERENCE_STRATEGY else 2,
             )  # the reference on top
             steps, mean, half = _mean_curve([[(s, v) for s, v in r["loss_curve"]] for r in runs])
             smoothed = _smoothed(mean, window)
@@ -440,7 +433,7 @@ def sensitivity(records: list[dict], out_dir: str) -> list[str]:
                     color=styles.color(first),
                     marker=styles.marker(first),
                     linestyle=styles.line(first),
-                    zorder=3 if strategy == "dp" else 2,
+                    zorder=3 if strategy == REFERENCE_STRATEGY else 2,
                 )  # the reference on top
             if values[0] > 0 and values[-1] >= 10 * values[0]:
                 ax.set_xscale("log")

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from harness.core.vocabulary import REFERENCE_STRATEGY
 from harness.report.record import config_name, shown
 from harness.report.statistics import first_at_target, interval
 
@@ -76,7 +77,9 @@ def _label(record: dict) -> str:
     return f"{config_name(record)}, {record['world_size']} workers"
 
 
-def against_reference(records: list[dict], reference: str = "dp", margin: float = MARGIN) -> pd.DataFrame | None:
+def against_reference(
+    records: list[dict], reference: str = REFERENCE_STRATEGY, margin: float = MARGIN
+) -> pd.DataFrame | None:
     """One row per configuration paired with the reference by seed (see the module docstring), or
     None where no configuration has a reference run of the same seed for two seeds or more."""
     ok = [r for r in records if r.get("status") == "ok" and r.get("accuracy_curve") and r.get("accuracy") is not None]

@@ -12,6 +12,8 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from harness.core.vocabulary import IDLE_PARTS
+
 SCHEMA_VERSION = 1
 
 
@@ -45,7 +47,7 @@ class RunRecord(BaseModel):
     mfu: Optional[float] = Field(default=None, ge=0)
     hfu: Optional[float] = Field(default=None, ge=0)
     # harness.metrics.idle: the mean fraction of the step per part (the idle columns read it)
-    idle_breakdown: Optional[dict[Literal["compute", "peer_wait", "collective", "exposed_comm", "host"], float]] = None
+    idle_breakdown: Optional[dict[Literal[IDLE_PARTS], float]] = None
 
 
 class RecordError(ValueError):

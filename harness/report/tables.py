@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from harness.core.vocabulary import MEMORY_PARTS, REFERENCE_STRATEGY, idle_field, memory_field
 from harness.report import columns
 from harness.report.columns import Column
 from harness.report.environment import environment
@@ -44,14 +45,9 @@ from harness.report.record import RECORD_FILE, diverged_at, mark_swept, natural_
 from harness.report.schema import RecordError, validate
 from harness.report.statistics import interval, mlperf_times, steps_to_target
 
-# speedup and ME are against this strategy's runs in the same group (the DP reference)
-REFERENCE_STRATEGY = "dp"
-
 # the device is "cpu", "cuda" or "simulated:<cluster>": simulated rows compare with simulated DP
 # (and precision: a bf16 run's speedup is over DP in bf16)
 GROUP_KEYS = ["model", "data", "world_size", "global_batch", "device", "precision"]
-MEMORY_PARTS = ("parameters", "gradients", "optimizer_state", "stashed_weights", "other")
-IDLE_PARTS = ("compute", "peer_wait", "collective", "exposed_comm", "host")
 
 
 def _fields() -> list[str]:
@@ -186,7 +182,7 @@ def peak_rank_memory(record: dict) -> dict:
     if not ranks:
         return {}
     parts = max(ranks, key=lambda r: r["peak_memory_bytes"])["memory_breakdown"]
-    return {f"memory_{p}": parts.get(p) for p in MEMORY_PARTS}
+    return {memory_field(p): parts.get(p) for p in MEMORY_PARTS}
 
 
 def to_frame(records: list[dict]) -> pd.DataFrame:
@@ -194,7 +190,7 @@ def to_frame(records: list[dict]) -> pd.DataFrame:
         {
             **{k: v for k, v in r.items() if not isinstance(v, (dict, list)) or k == "peak_memory_per_rank"},
             **peak_rank_memory(r),
-            **{f"idle_{k}": v for k, v in (r.get("idle_breakdown") or {}).items()},
+            **{idle_field(k): v for k, v in (r.get("idle_breakdown") or {}).items()},
             "layout": layout_text(r),
             "configuration": configuration_id(r),
             "steps_to_target": steps_to_target(r),
@@ -217,7 +213,8 @@ def load_records(sources: list[str]) -> pd.DataFrame:
 
 
 def comparison(df: pd.DataFrame) -> pd.DataFrame:
-    """Add speedup and ME against the DP run(s) of each group (the median DP if several seeds)."""
+    """Add speedup and ME against the DP run(s) of each group (the median DP if several seeds;
+    :data:`~harness.core.vocabulary.REFERENCE_STRATEGY`)."""
     if df.empty:
         return df.reindex(columns=list(dict.fromkeys([*_fields(), "speedup", "me", "note"])))
     df = df.copy()

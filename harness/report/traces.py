@@ -22,6 +22,7 @@ import json
 import os
 import re
 
+from harness.core.vocabulary import IDLE_NAMES
 from harness.report.record import variant_text
 
 _ACTION = re.compile(r"^(\d*)(RECV_F|RECV_B|SEND_F|SEND_B|STEP|GPU|F|B|I|W)(\d*)(\*?)$")
@@ -48,12 +49,6 @@ _CATEGORY = {
     "RECV_B": "communication",
     "SEND_F": "communication",
     "SEND_B": "communication",
-}
-_IDLE_NAMES = {
-    "peer_wait": "peer wait",
-    "collective": "collective",
-    "exposed_comm": "exposed communication",
-    "host": "host",
 }
 REPLAY_PID = 1000  # the replay's processes come after the ranks'
 
@@ -149,7 +144,7 @@ def chrome_trace(record: dict) -> dict | None:
                 tid += 1
                 events += _meta(pid, tid, "thread", "idle" + (f", stage {lane_stage}" if len(lanes) > 1 else ""), tid)
                 events += [
-                    _complete(pid, tid, _IDLE_NAMES.get(part, part), s - origin, e - origin, "idle")
+                    _complete(pid, tid, IDLE_NAMES.get(part, part), s - origin, e - origin, "idle")
                     for part, s, e in waits[device]
                 ]
             tid += 1
