@@ -35,7 +35,7 @@ from harness.runtime import schedules, torch_schedules
 from harness.runtime.executor import StageModule
 from harness.runtime.partition import stage_ranges
 from harness.runtime.topology import Topology
-from harness.strategies.base import MultiStageKeys, Strategy, summed_eval
+from harness.strategies.base import MultiStageKeys, Strategy, multi_stage_variant, summed_eval
 from harness.strategies.layout import (
     check_layout,
     check_stages_per_rank,
@@ -48,14 +48,14 @@ from harness.strategies.layout import (
 
 
 @dataclass
-class PipeliningKeys(MultiStageKeys):
+class PipeliningConfig(MultiStageKeys):
     # every schedule of the registry the library has (docs/reference/schedules.md)
     schedule: str = choice("1f1b", *schedules.names(library=True))
 
 
 class PipeliningStrategy(Strategy):
     name = "pipelining"
-    Config = PipeliningKeys
+    Config = PipeliningConfig
 
     @classmethod
     def check(cls, spec) -> None:
@@ -98,13 +98,7 @@ class PipeliningStrategy(Strategy):
 
     @classmethod
     def variant(cls, spec) -> str:
-        st = spec.strategy
-        parts = [st.schedule] if st.schedule != "1f1b" else []
-        if st.stages_per_rank > 1:
-            parts.append(f"v={st.stages_per_rank}")
-        if st.recompute not in ("none", None):
-            parts.append(f"recompute={st.recompute}")
-        return ", ".join(parts)
+        return multi_stage_variant(spec.strategy, recompute_first=False)
 
     @classmethod
     def simulated(cls, spec, profile, cluster):

@@ -219,19 +219,21 @@ def strategy_schema(classes) -> type:
             owners.setdefault(name, []).append(cls.__name__)
     fields = [("name", str, MISSING), ("_target_", str, MISSING)]
     fields += [(name, hint, field(default=None)) for name, hint in types.items()]
-    schema = dataclasses.make_dataclass("StrategyConfig", fields)
+    schema = dataclasses.make_dataclass("StrategySchema", fields)
     schema.__module__ = __name__  # importable by name, like the other schemas
     return schema
 
 
-StrategyConfig = strategy_schema(strategy_classes().values())
+# what Hydra checks a composed ``strategy`` node against; the run then reads the strategy's own
+# Config from it (harness.config.spec.strategy_config; each a harness.strategies.base.StrategyConfig)
+StrategySchema = strategy_schema(strategy_classes().values())
 
 
 @dataclass
 class RunConfig:
     model: ModelConfig = MISSING
     data: DataConfig = MISSING
-    strategy: StrategyConfig = MISSING
+    strategy: StrategySchema = MISSING
     logger: LoggerConfig = MISSING
     train: TrainConfig = field(default_factory=TrainConfig)
     launch: LaunchConfig = field(default_factory=LaunchConfig)
@@ -254,6 +256,6 @@ def register_configs() -> None:
     cs.store(name="run_schema", node=RunConfig)
     cs.store(group="model", name="model_schema", node=ModelConfig)
     cs.store(group="data", name="data_schema", node=DataConfig)
-    cs.store(group="strategy", name="strategy_schema", node=StrategyConfig)
+    cs.store(group="strategy", name="strategy_schema", node=StrategySchema)
     cs.store(group="logger", name="logger_schema", node=LoggerConfig)
     cs.store(group="cluster", name="cluster_schema", node=ClusterConfig)

@@ -77,6 +77,17 @@ class MultiStageKeys(PipelineKeys):
     stages_per_rank: Optional[int] = bounded(None, 1)
 
 
+def multi_stage_variant(st: MultiStageKeys, *, recompute_first: bool) -> str:
+    """A multi-stage pipeline strategy's ``variant``: its schedule where not 1F1B, its stages per
+    rank where more than one, its recomputation where any. ``recompute_first``: the recomputation
+    leads (Hippie's records hold it first, torch pipelining's last; kept, so that each one's new
+    runs pair with its recorded ones)."""
+    recompute = [f"recompute={st.recompute}"] if st.recompute not in ("none", None) else []
+    schedule = [st.schedule] if st.schedule != "1f1b" else []
+    per_rank = [f"v={st.stages_per_rank}"] if st.stages_per_rank > 1 else []
+    return ", ".join(recompute + schedule + per_rank if recompute_first else schedule + per_rank + recompute)
+
+
 PIPELINE_KEYS = frozenset(("stages", "boundaries", "schedule", "recompute"))
 
 

@@ -27,7 +27,7 @@ from harness.core.options import bounded
 from harness.metrics.meter import optimizer_state_tensors
 from harness.runtime import actions as sch
 from harness.runtime import schedules
-from harness.strategies.base import MultiStageKeys, Strategy, summed_eval
+from harness.strategies.base import MultiStageKeys, Strategy, multi_stage_variant, summed_eval
 from harness.strategies.layout import (
     check_layout,
     check_stages_per_rank,
@@ -88,13 +88,7 @@ class HippieStrategy(Strategy):
 
     @classmethod
     def variant(cls, spec) -> str:
-        st = spec.strategy
-        parts = [f"recompute={st.recompute}"] if st.recompute not in ("none", None) else []
-        return ", ".join(
-            parts
-            + ([st.schedule] if st.schedule != "1f1b" else [])
-            + ([f"v={st.stages_per_rank}"] if st.stages_per_rank > 1 else [])
-        )
+        return multi_stage_variant(spec.strategy, recompute_first=True)
 
     @classmethod
     def simulated(cls, spec, profile, cluster):
