@@ -86,6 +86,9 @@ class TrainConfig:
     optimizer: str = choice("adamw", *OPTIMIZERS)  # adamw, or sgd (with momentum, Nesterov optional)
     lr: float = bounded(2e-3, 0, above=True)  # the peak learning rate
     weight_decay: float = bounded(0.0, 0)  # decoupled for adamw, L2 for sgd (torch's semantics)
+    # adamw: the term added to the second moment's root (torch's default); where a gradient is as
+    # small as this, the step's size and sign follow the gradient's rounding
+    adam_eps: float = bounded(1e-8, 0, above=True)
     momentum: float = bounded(0.9, 0, 1)  # sgd only
     nesterov: bool = False  # sgd: Nesterov momentum
     # the learning rate per optimizer step: a linear warm-up, then constant | cosine (to lr x
@@ -201,22 +204,33 @@ class SimConfig:
     gpu_profile: Optional[str] = None
 
 
+def _type_name(hint: Any) -> str:
+    return hint.__name__ if isinstance(hint, type) else str(hint).replace("typing.", "")
+
+
 def strategy_schema(classes) -> type:
-    """The union of the strategies' ``Config`` keys, every one optional and unset."""
+    """The union of the strategies' ``Config`` keys, every one optional and unset.
+
+    A key two strategies declare is one key of the union, so it must have one type: a strategy
+    that reuses another's key name with another type is refused here, at import (every command
+    and test stops), in one line naming the key, both classes and both types."""
     types: dict[str, Any] = {}
+    declared: dict[str, Any] = {}  # as the first owner wrote it, for the message
     owners: dict[str, list[str]] = {}
     for cls in classes:
         for name, hint in typing.get_type_hints(cls.Config).items():
             if name == "name":
                 continue
-            hint = hint if hint is Any else Optional[hint]  # unset (None) unless given
-            if name in types and types[name] != hint:
+            where = f"{cls.__module__}.{cls.__qualname__}"
+            if name in types and types[name] != (hint if hint is Any else Optional[hint]):
                 raise TypeError(
-                    f"strategy key '{name}' has type {hint} in {cls.__name__} but {types[name]} in "
-                    f"{', '.join(owners[name])}; give one key one type"
+                    f"strategy.{name} is {_type_name(hint)} in {where} but {_type_name(declared[name])} in "
+                    f"{', '.join(owners[name])}: the strategies' keys share one schema, where a key has one "
+                    f"type; rename {cls.__name__}'s key or declare it {_type_name(declared[name])}"
                 )
-            types[name] = hint
-            owners.setdefault(name, []).append(cls.__name__)
+            types[name] = hint if hint is Any else Optional[hint]  # unset (None) unless given
+            declared.setdefault(name, hint)
+            owners.setdefault(name, []).append(where)
     fields = [("name", str, MISSING), ("_target_", str, MISSING)]
     fields += [(name, hint, field(default=None)) for name, hint in types.items()]
     schema = dataclasses.make_dataclass("StrategySchema", fields)

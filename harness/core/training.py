@@ -86,13 +86,13 @@ def with_precision(layers: list[nn.Module], precision: str) -> list[nn.Module]:
 def make_optimizer(
     params: Iterable[nn.Parameter], train, steps: int | None = None, lr_scale: Callable[[int], float] | None = None
 ) -> torch.optim.Optimizer:
-    """The optimizer ``train`` names (``optimizer``, ``lr``, ``weight_decay``, ``momentum``,
+    """The optimizer ``train`` names (``optimizer``, ``lr``, ``weight_decay``, ``adam_eps``, ``momentum``,
     ``nesterov``), with its learning-rate schedule attached (:func:`attach_schedule`) for a run of
     ``steps`` optimizer steps; ``lr_scale(k)`` multiplies the schedule's rate at step k (an
     asynchronous stage's correction for its delay, :func:`delay_lr_scale`)."""
     params = list(params)
     if train.optimizer == "adamw":
-        optimizer = torch.optim.AdamW(params, lr=train.lr, weight_decay=train.weight_decay)
+        optimizer = torch.optim.AdamW(params, lr=train.lr, weight_decay=train.weight_decay, eps=train.adam_eps)
     elif train.optimizer == "sgd":
         optimizer = torch.optim.SGD(
             params, lr=train.lr, momentum=train.momentum, weight_decay=train.weight_decay, nesterov=train.nesterov

@@ -19,17 +19,17 @@ from tests.helpers.cli import make_spec
 from tests.helpers.distributed import assert_matches_reference, merged_rank_states, reference_steps, spawn
 
 STEPS = 3
-# AdamW moves an element by lr * m / (sqrt(v) + eps): where a gradient is of the order of eps
-# (1e-8), rounding differences of the gradient change that move by a good part of lr. So for
-# AdamW nearly every element must match as SGD's do, and the few near-zero-gradient ones must
-# stay within half of one step's move (a wrong moment or a double step moves many elements
-# by whole steps).
-ADAMW_LR, TOLERATED_OUTLIERS = 0.002, 1e-3
+# AdamW moves an element by lr * m / (sqrt(v) + eps). With torch's eps (1e-8), an element whose
+# gradient is of the order of eps moves by a good part of lr in whichever direction the gradient's
+# rounding tips it: the summation order differs between a pipeline and one process (and between
+# hosts), so the step is noise there, and the weights after it cannot be compared on any host. The
+# test's eps (1e-3, above the rounding by five orders) keeps AdamW's whole mechanism (both moments,
+# their bias correction, the decoupled decay, one step per batch) and makes the step a smooth
+# function of the gradient, so the weights are held to the same tolerance as SGD's: a wrong moment,
+# a missed all-reduce or a double step moves elements by a good part of lr (2e-3), 40 times that.
+ADAMW = ["train.optimizer=adamw", "train.weight_decay=0.05", "train.lr=0.002", "train.adam_eps=1e-3"]
 DATA = ["data.train_size=64", "data.test_size=32", "train.lr=0.05"]
-OPTIMIZERS = {
-    "sgd_momentum": ["train.optimizer=sgd", "train.momentum=0.9"],
-    "adamw": ["train.optimizer=adamw", "train.weight_decay=0.05", f"train.lr={ADAMW_LR}"],
-}
+OPTIMIZERS = {"sgd_momentum": ["train.optimizer=sgd", "train.momentum=0.9"], "adamw": ADAMW}
 # (world size, launched processes) -> strategies' overrides; uneven shares where the strategy allows
 GROUPS = {
     "w2": (
@@ -199,25 +199,10 @@ def test_several_steps_with_momentum_and_adamw_equal_single_process(group, tmp_p
         merged = merged_rank_states(os.path.join(tmp_path, name), processes)
         reference = reference_steps(spec, _batches(spec))
         try:
-            if name.endswith("adamw"):
-                _assert_adamw_close(merged, reference)
-            else:
-                assert_matches_reference(merged, reference, atol=5e-5, rtol=5e-4)
+            assert_matches_reference(merged, reference, atol=5e-5, rtol=5e-4)
         except AssertionError as e:
             failures.append(f"{name}: {str(e)[:300]}")
     assert not failures, "\n".join(failures)
-
-
-def _assert_adamw_close(merged: dict, reference: dict) -> None:
-    assert set(merged) == set(reference), set(reference) ^ set(merged)
-    off = total = 0
-    for key, copies in merged.items():
-        for copy in copies:
-            diff = (copy - reference[key]).abs()
-            assert diff.max() <= ADAMW_LR / 2, f"{key}: off by {diff.max():.2e}, more than half a step"
-            off += int((diff > 5e-5 + 5e-4 * reference[key].abs()).sum())
-            total += diff.numel()
-    assert off <= TOLERATED_OUTLIERS * total, f"{off} of {total} elements differ"
 
 
 @pytest.mark.parametrize("group", sorted(RECIPE_GROUPS))

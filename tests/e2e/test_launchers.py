@@ -63,10 +63,10 @@ def test_two_slurm_tasks_form_one_process_group(workdir):
     gives each task form one process group, and rank 0 alone reports."""
     run_dir = os.path.join(workdir, "run")
     port = str(free_port())
-    slurm = lambda r: {
+    slurm = lambda r: {  # noqa: E731
         "SLURM_JOB_ID": "4242",
         "SLURM_PROCID": str(r),
-        "SLURM_LOCALID": str(r),  # noqa: E731
+        "SLURM_LOCALID": str(r),
         "SLURM_NTASKS": "2",
         "SLURM_NODEID": "0",
         "SLURM_JOB_NUM_NODES": "1",
