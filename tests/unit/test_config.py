@@ -179,6 +179,24 @@ def test_strategy_classes_come_from_the_yaml_files_target(tmp_path):
         strategy_classes(str(bad))
 
 
+def test_a_key_another_strategy_declares_with_another_type_is_refused_naming_both():
+    """docs/extending/strategy.md: the strategies' keys are one schema, so a shared name has one type."""
+
+    def strategy(bucket_type):
+        config = dataclasses.make_dataclass("MineConfig", [("bucket_mb", bucket_type, dataclasses.field(default=4))])
+        return type("MineStrategy", (), {"Config": config, "__module__": "harness.strategies.mine"})
+
+    builtin = list(strategy_classes().values())
+    assert "bucket_mb" in {f.name for f in dataclasses.fields(schema.strategy_schema([*builtin, strategy(float)]))}
+    with pytest.raises(TypeError) as e:
+        schema.strategy_schema([*builtin, strategy(int)])
+    message = str(e.value)
+    assert "\n" not in message
+    assert message.startswith("strategy.bucket_mb is int in harness.strategies.mine.MineStrategy but float in ")
+    assert "but float in harness.strategies.ashpipe.strategy.AshPipeStrategy, harness.strategies.hippie" in message
+    assert message.endswith("rename MineStrategy's key or declare it float")
+
+
 def test_slurm_preset_composes_with_one_task_per_gpu():
     cfg = compose_config(
         [
