@@ -48,7 +48,7 @@ def test_the_strategy_example_trains_like_one_process(tmp_path):
 def _schedule_example(ctx, source, spec, out_dir):
     from harness.runtime import schedules
 
-    run_block(source, "fill_drain_in_order")  # registered in this worker, as a module imported at start would
+    run_block(source, "fill_drain_in_order")  # in this worker, as a strategy's module importing it registers it
     strategy = HippieStrategy(spec, build_layers(spec.model, spec.seed), ctx, Comm(ctx))
     # the executor runs the example's own lists: the backwards in the forwards' order
     assert strategy.train_actions == schedules.get("fill_drain_in_order").lists(2, 1, 4)[ctx.rank]

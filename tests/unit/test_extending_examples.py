@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from harness.commands.docs import columns_page, schedules_page
 from harness.config.registry import CONFIG_DIR, strategy_classes
 from harness.report import columns, figures
 from harness.report.record import write
@@ -58,6 +59,7 @@ def test_the_schedule_example_registers_a_schedule_hippie_accepts(restored):
         "strategy=hippie", "world_size=2", "strategy.schedule=fill_drain_in_order", "train.micro_batches=4"
     )
     assert spec.strategy_cls.replayed_schedule(spec, 2)[0] == kind.lists(2, 1, 4)
+    assert "| `fill_drain_in_order` | fill-drain with the backwards" in schedules_page()  # `pipebench docs`
 
 
 def test_the_metric_example_adds_a_column_to_every_table(tmp_path, restored):
@@ -73,6 +75,9 @@ def test_the_metric_example_adds_a_column_to_every_table(tmp_path, restored):
     assert "samples/s/worker" not in render(load_records([str(tmp_path)]), "md")  # the paper set is as it was
     tex = render(load_records([str(tmp_path)]), "latex", "speed")
     assert "\\textbf{75.0}" in tex  # the best of its group, higher being better
+    page = columns_page()  # what `pipebench docs` writes to docs/reference/columns.md
+    assert "| `throughput_per_worker` | samples/s/worker |" in page
+    assert "`throughput`, `throughput_per_worker`, `speedup`" in page  # in its sets, where it was inserted
 
 
 def test_the_figure_example_is_drawn_with_the_others(tmp_path, restored):
@@ -81,3 +86,4 @@ def test_the_figure_example_is_drawn_with_the_others(tmp_path, restored):
     paths = figures.all_figures(records, str(tmp_path))
     assert {os.path.basename(p) for p in paths} >= {"speedup_vs_memory.png", "speedup_vs_memory.pdf"}
     assert os.path.getsize(tmp_path / "speedup_vs_memory.png") > 1000
+    assert "| `speedup_vs_memory` | each run's speedup over DP" in columns_page()  # `pipebench docs`

@@ -41,3 +41,22 @@ def test_the_container_recipe_installs_the_pinned_torch_and_every_package():
     assert folders <= copied, folders - copied
     assert all(os.path.exists(os.path.join(ROOT, part)) for part in copied)
     assert "pip install --no-cache-dir /opt/pipebench" in recipe
+
+
+def test_every_package_folder_is_in_pyproject_packages():
+    """The packages are listed rather than found (pyproject.toml says why), so a folder of modules
+    missing from the list works in this checkout and an editable install, and is absent from a
+    regular install (`pip install .`, the container image): docs/extending/strategy.md."""
+    setuptools = tomllib.load(open(os.path.join(ROOT, "pyproject.toml"), "rb"))["tool"]["setuptools"]
+    listed = {setuptools["package-dir"].get(pkg, pkg.replace(".", "/")) for pkg in setuptools["packages"]}
+    folders = {
+        os.path.relpath(folder, ROOT)
+        for top in ("harness", "baselines")
+        for folder, _, files in os.walk(os.path.join(ROOT, top))
+        if any(f.endswith(".py") for f in files)
+    }
+    missing = sorted(folder.replace("/", ".") for folder in folders - listed)
+    assert not missing, f"add to [tool.setuptools] packages in pyproject.toml: {', '.join(missing)}"
+    assert all(os.path.isdir(os.path.join(ROOT, path)) for path in listed), [
+        p for p in listed if not os.path.isdir(os.path.join(ROOT, p))
+    ]
