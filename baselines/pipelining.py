@@ -32,8 +32,8 @@ from harness.core.options import choice
 from harness.core.training import PRECISIONS, clip_gradients, eval_counts, make_optimizer, mean_loss, with_precision
 from harness.metrics.meter import optimizer_state_tensors
 from harness.runtime import schedules, torch_schedules
-from harness.runtime.executor import StageModule
 from harness.runtime.partition import stage_ranges
+from harness.runtime.stage import StageModule
 from harness.runtime.topology import Topology
 from harness.strategies.base import MultiStageKeys, Strategy, multi_stage_variant, summed_eval
 from harness.strategies.layout import (

@@ -1,4 +1,6 @@
-"""From a pipeline layout (plain data) to this rank's stage: layers, replica group, plan.
+"""A stage of the pipeline: its place (:class:`StagePlan`), its layers (:class:`StageModule`), and
+what a rank runs of it (:class:`LocalStage`, with its gradient buckets); and from a pipeline
+layout (plain data) to this rank's stages (:func:`build_stages`).
 
 The layout is built and checked by a strategy from the validated run spec
 (:mod:`harness.strategies.layout`); the runtime only follows it, so it can be
@@ -9,12 +11,75 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from harness.core.comm import Comm, DistContext, new_group
-from harness.runtime.executor import StageModule, StagePlan
+from harness.runtime.gradients import GradBuckets, GradSync
 from harness.runtime.partition import stage_ranges
 from harness.runtime.topology import Topology
+
+
+@dataclass
+class StagePlan:
+    """Everything a rank needs to know about one stage's place in the pipeline."""
+
+    topo: Topology
+    rank: int
+    stage: int
+    replica: int
+    micro_batches: int
+    # per-sample shape of each stage's input (index s) and of the last stage's output (index S)
+    boundary_shapes: list[tuple[int, ...]]
+
+    @property
+    def is_first(self) -> bool:
+        return self.stage == 0
+
+    @property
+    def is_last(self) -> bool:
+        return self.stage == self.topo.num_stages - 1
+
+
+class StageModule(nn.Module):
+    """The contiguous layers of one stage; layers in ``recompute`` are checkpointed.
+
+    Checkpointed layers keep only their input for backward and run their forward
+    again during backward (torch.utils.checkpoint, non-reentrant).
+    """
+
+    def __init__(self, layers: list[nn.Module], recompute: set[int]):
+        super().__init__()
+        self.layers = nn.ModuleList(layers)
+        self.recompute = set(recompute)
+
+    def forward(self, x: torch.Tensor, checkpointed: bool = True) -> torch.Tensor:
+        """``checkpointed=False``: every layer keeps what its backward needs (the recomputation of
+        a split backward, :meth:`harness.runtime.executor.StageExecutor._I`)."""
+        for i, layer in enumerate(self.layers):
+            if checkpointed and i in self.recompute and torch.is_grad_enabled():
+                x = checkpoint(layer, x, use_reentrant=False)
+            else:
+                x = layer(x)
+        return x
+
+
+@dataclass
+class LocalStage:
+    """One stage this rank runs: its place, its layers, its gradient buffers and their replica
+    all-reduce (None with one replica). A rank of an interleaved or V-shaped schedule runs
+    several, each with its own buckets, reduced as soon as that stage's last backward ends."""
+
+    plan: StagePlan
+    module: StageModule
+    grads: GradBuckets
+    grad_sync: GradSync | None
+
+    def __post_init__(self):
+        self.names = [n for n, _ in self.module.named_parameters()]
+        self.masters = [p for _, p in self.module.named_parameters()]
+        self.recompute_at_i = False  # this call's split backward recomputes its forward at I
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@
 - Data parallelism inside each stage: ``world_size / stages`` replicas per stage.
 - Hidden gradient communication: each stage's gradient all-reduce is bucketed
   and started asynchronously while the last backward of the iteration is still
-  running (:class:`harness.runtime.executor.GradSync`; under a split backward, as
+  running (:class:`harness.runtime.gradients.GradSync`; under a split backward, as
   each bucket's last weight-gradient pass ends, and on a rank of several stages as
   each stage's ends, under the others' work); the optimizer waits only for it.
 - Last-stage scheduling and selective recomputation: see

@@ -16,8 +16,9 @@ from typing import Callable
 import torch
 
 from harness.core.training import PRECISIONS, carry_schedule, make_optimizer, with_precision
-from harness.runtime.executor import Clip, GradBuckets, GradSync, LocalStage, StageExecutor
-from harness.runtime.stage import PipelineLayout, StageBuild, build_stages
+from harness.runtime.executor import StageExecutor
+from harness.runtime.gradients import Clip, GradBuckets, GradSync
+from harness.runtime.stage import LocalStage, PipelineLayout, StageBuild, build_stages
 from harness.strategies.layout import Partition, pipeline_layout
 
 
