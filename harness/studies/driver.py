@@ -65,7 +65,8 @@ def job_processes(mark: str) -> list[psutil.Process]:
 
 @dataclass(frozen=True)
 class Interruption:
-    """A signal sent to a running job ``after`` seconds after its workers appeared: to the command
+    """A signal sent to a running job ``after`` seconds after its workers appeared (and its run folder,
+    where one is named): to the command
     (``command``), its process group (``group``: the command then runs in a session of its own, as
     a terminal's foreground job does), one of its workers (``worker``) or the server that forks
     them (``server``)."""
@@ -129,7 +130,9 @@ def run_command(
     while proc.poll() is None:
         if interruption is not None:
             workers, server = _workers_and_server(command)
-            if workers_seen is None and workers:
+            # the clock starts once the job trains: its workers run and its folder is there (the
+            # signal is meant for a run under way, not for the command's start-up)
+            if workers_seen is None and workers and (run_dir is None or os.path.isdir(run_dir)):
                 workers_seen = time.time()
             if workers_seen is not None and time.time() - workers_seen >= interruption.after:
                 _interrupt(proc, interruption, workers, server)
