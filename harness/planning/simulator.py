@@ -29,7 +29,7 @@ it many times with each compute and transfer drawn from the profile's measured s
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
@@ -388,26 +388,18 @@ def predict(
     # where the sender computes then (measured on the profiled host)
     gloo = cluster.comm_uses_compute
     busy_sender = profile.network.late_receive_s if cluster.host_overhead else 0.0
+    transport = replace(sch.GLOO, busy_sender_s=busy_sender) if gloo else sch.NCCL
     if kind.asynchronous:
         n = 4 * S + 8
-        timeline = sch.replay(
-            kind.lists(S, 1, n), cost, gloo, wake=wake, receiver_driven=gloo, busy_sender_s=busy_sender
-        )
+        timeline = sch.replay(kind.lists(S, 1, n), cost, transport, wake=wake)
         # steady state: the interval between consecutive optimizer steps on the busiest stage
         steps = {s: [e.end for e in timeline.stage_events(s) if e.action.op == sch.STEP] for s in range(S)}
         window = slice(2 * S, n - S)
         iteration = max((v[window][-1] - v[window][0]) / (len(v[window]) - 1) for v in steps.values())
     else:
-        timeline = sch.replay(
-            lists,
-            cost,
-            gloo,
-            placement=lane_of,
-            rendezvous=layout.rendezvous,
-            wake=wake,
-            receiver_driven=gloo,
-            busy_sender_s=busy_sender,
-        )
+        # blocking calls meet their receive whatever the transport (the others' flags then change nothing)
+        transport = sch.RENDEZVOUS if layout.rendezvous else transport
+        timeline = sch.replay(lists, cost, transport, placement=lane_of, wake=wake)
         iteration = timeline.makespan
     span = timeline.makespan
     bubble = sum(timeline.idle_fraction(p) for p in range(P)) / P

@@ -16,6 +16,8 @@ weight-gradient part (``W``, free to fill a bubble).
 Semantics shared by the executor and the simulator: sends never block (they
 complete in the background and are waited at the end of the iteration); a
 receive blocks until the matching send has been issued by the adjacent stage.
+Where a transport moves messages otherwise (gloo on a CPU host, blocking calls), the
+replay is told how (:class:`Transport`).
 """
 
 from __future__ import annotations
@@ -304,44 +306,54 @@ def unit_cost(stage: int, action: Action) -> float:
 _UNIT = {FWD: 1.0, BWD: 2.0, BWD_I: 1.0, BWD_W: 1.0}
 
 
+@dataclass(frozen=True)
+class Transport:
+    """How a replayed send moves its message (a send action's cost is its transfer time): when
+    the message starts to move, and when its sender goes on. The transports replayed here are the
+    presets :data:`NCCL`, :data:`GLOO` (with a measured ``busy_sender_s``) and :data:`RENDEZVOUS`."""
+
+    # the sender goes on only once its message has arrived (the sending process copies the message
+    # itself, as gloo on a CPU does); False: at once (a DMA engine or NCCL moves it)
+    blocking_sends: bool = False
+    # blocking point-to-point calls (``dist.send`` / ``dist.recv``, as DeepSpeed's pipeline issues
+    # them): a send starts moving its message only once the receiver has reached the matching
+    # receive, and its sender goes on only when the message has arrived
+    rendezvous: bool = False
+    # a message moves only once its receive is posted, so a receive reached after its send waits
+    # for the whole transfer from then on, however early the send was issued; the sender of a
+    # message whose receive is not yet posted goes on at once (``blocking_sends`` holds only a
+    # sender whose receive is already waiting, which writes the message in the call)
+    receiver_driven: bool = False
+    # what such a late receive waits more when its sender is computing then (busy, not waiting
+    # itself): the thread that writes the message waits for the computing thread's core
+    busy_sender_s: float = 0.0
+
+
+# sends move their message in the background from their issue, and the sender goes on at once: NCCL
+# (a DMA engine moves the message), and the textbook pipeline (the replay's default)
+NCCL = Transport()
+# gloo's non-blocking transfers on a CPU host: its I/O thread writes a message once the receive is
+# posted (on the waiting receiver's idle core), and an ``isend`` whose receive already waits writes
+# it in the call
+GLOO = Transport(blocking_sends=True, receiver_driven=True)
+# blocking ``dist.send`` / ``dist.recv``: a send returns only once its receive is posted
+RENDEZVOUS = Transport(rendezvous=True)
+
+
 def replay(
     schedules: list[list[Action]],
     cost: Callable[[int, Action], float] = unit_cost,
-    blocking_sends: bool = False,
+    transport: Transport = NCCL,
     placement: list[int] | None = None,
-    rendezvous: bool = False,
     wake: Callable[[float], float] | None = None,
-    receiver_driven: bool = False,
-    busy_sender_s: float = 0.0,
 ) -> Timeline:
     """Replay per-stage action lists; raise Deadlock if they cannot all finish.
 
-    Each stage runs its list in order. A send's cost is its transfer time: the
-    message arrives that long after the send starts, and the sender goes on at
-    once (``blocking_sends=False``: a DMA engine or NCCL moves it) or only after
-    the transfer (``blocking_sends=True``: gloo on a CPU, where the sending
-    process copies the message itself). A receive waits for the matching send
-    of the adjacent stage (same kind and micro-batch, FIFO) to arrive. Every
-    send must be received and every receive sent, or it is an error.
-
-    ``rendezvous=True`` replays blocking point-to-point calls (``dist.send`` /
-    ``dist.recv``, as DeepSpeed's pipeline issues them): a send starts moving its
-    message only once the receiver has reached the matching receive, and its
-    sender goes on only when the message has arrived. Measured with gloo: a
-    blocking send of 64 KiB returns only when its receive is posted, however late.
-
-    ``receiver_driven=True`` replays gloo's non-blocking transfers: a message moves only once its
-    receive is posted, so a receive reached after its send waits for the whole transfer from
-    then on (arrival: the later of the send and the receive, plus the transfer), however early
-    the send was issued. Measured with gloo (two processes, 30 transfers each): a receive posted
-    after its send waited 0.39 ms for 400 kB and 2.9 ms for 4 MB (median), one posted before it
-    0.03 ms after the data came. The sender's ``isend`` returns at once (0.05 ms) when the receive
-    is not yet posted, and the copy its I/O thread makes later runs on the waiting receiver's idle
-    core (a 4 MB transfer pulled while the sender computed slowed that compute by 0.2 ms, 5%): the
-    sender is held (``blocking_sends``) only by a send whose receive is already waiting, which
-    writes the message in the call (0.23 ms for 400 kB, 1.2 ms for 4 MB). ``busy_sender_s`` is
-    what such a late receive waits more when its sender is computing then (busy, not waiting
-    itself): the I/O thread that writes the message waits for the computing thread's core.
+    Each stage runs its list in order. An action takes ``cost`` of it; a send's cost is its
+    transfer time, and ``transport`` says when its message moves and when its sender goes on
+    (:class:`Transport`). A receive waits for the matching send of the adjacent stage (same kind
+    and micro-batch, FIFO) to arrive. Every send must be received and every receive sent, or it
+    is an error.
 
     ``wake(idle)`` is what a compute action adds when its list waited ``idle`` seconds (for a
     receive, or for a blocking send's receiver) since its last compute: on a CPU host a process
@@ -351,95 +363,136 @@ def replay(
     acts on its ``stage``, and a send goes to the next (or previous) stage wherever it lives.
     Adjacent stages on one rank pass tensors without a send, in list order.
     """
-    n = len(schedules)
-    stages = len(placement) if placement is not None else n
-    pc = [0] * n
-    clock = [0.0] * n
-    arrived: dict[tuple[str, int, int], list[float]] = {}  # (kind, micro, dst stage) -> arrival times
-    # rendezvous and receiver-driven: receives reached, not yet sent to -> when
-    posted: dict[tuple[str, int, int], float] = {}
-    # receiver-driven: sends whose receive is not yet reached -> (sent at, transfer, sending list)
-    unclaimed: dict[tuple[str, int, int], list[tuple[float, float, int]]] = {}
-    idle = [0.0] * n  # per list: time spent waiting since its last compute action
-    timeline = Timeline()
-    runs: list[list[Event]] = [[] for _ in range(n)]  # each list's events
+    return _Replay(schedules, cost, transport, placement, wake).run()
 
-    def earliest(s: int) -> tuple[float, bool]:  # at one time, receives before sends
-        return clock[s], schedules[s][pc[s]].op not in (RECV_F, RECV_B)
 
-    def busy(s: int, t: float) -> bool:  # list s is running an action (not waiting) at time t
-        for e in reversed(runs[s]):
+_Message = tuple[str, int, int]  # (F or B, micro-batch, the stage it goes to)
+
+
+class _Replay:
+    """One :func:`replay`: per list, its next action, its clock and its events; the messages in flight."""
+
+    def __init__(self, schedules, cost, transport: Transport, placement, wake):
+        self.schedules, self.cost, self.transport, self.wake = schedules, cost, transport, wake
+        n = len(schedules)
+        self.stages = len(placement) if placement is not None else n
+        self.pc = [0] * n
+        self.clock = [0.0] * n
+        self.idle = [0.0] * n  # per list: time spent waiting since its last compute action
+        self.arrived: dict[_Message, list[float]] = {}  # arrival times
+        # rendezvous and receiver-driven: receives reached, not yet sent to -> when
+        self.posted: dict[_Message, float] = {}
+        # receiver-driven: sends whose receive is not yet reached -> (sent at, transfer, sending list)
+        self.unclaimed: dict[_Message, list[tuple[float, float, int]]] = {}
+        self.timeline = Timeline()
+        self.runs: list[list[Event]] = [[] for _ in range(n)]  # each list's events
+
+    def run(self) -> Timeline:
+        while waiting := [s for s in range(len(self.schedules)) if self.pc[s] < len(self.schedules[s])]:
+            # one action at a time, from the list earliest in time: a receive is then reached before
+            # any send issued after it, which is what a receiver-driven send needs to know
+            if not any(self._advance(s) for s in sorted(waiting, key=self._earliest)):
+                stuck = {s: str(self.schedules[s][self.pc[s]]) for s in waiting}
+                raise Deadlock(f"no stage can progress; waiting at {stuck}")
+        unreceived = {k: v for k, v in [*self.arrived.items(), *self.unclaimed.items()] if v}
+        if unreceived:
+            raise Deadlock(f"messages sent but never received: {sorted(unreceived)}")
+        return self.timeline
+
+    def _earliest(self, s: int) -> tuple[float, bool]:  # at one time, receives before sends
+        return self.clock[s], self.schedules[s][self.pc[s]].op not in (RECV_F, RECV_B)
+
+    def _advance(self, s: int) -> bool:
+        """Take list ``s``'s next action if it can; whether anything changed."""
+        a = self.schedules[s][self.pc[s]]
+        if a.op in (RECV_F, RECV_B):
+            return self._receive(s, a)
+        if a.op in (SEND_F, SEND_B):
+            return self._send(s, a)
+        return self._compute(s, a)
+
+    def _done(self, s: int, a: Action, start: float, end: float) -> bool:
+        event = Event(s, a, start, end)
+        self.timeline.events.append(event)
+        self.runs[s].append(event)
+        self.clock[s] = end
+        self.pc[s] += 1
+        return True
+
+    def _compute(self, s: int, a: Action) -> bool:
+        start = self.clock[s]
+        end = start + self.cost(s, a)
+        if a.op in COMPUTE and self.wake is not None:
+            end += self.wake(self.idle[s]) if self.idle[s] > 0 else 0.0
+            self.idle[s] = 0.0
+        return self._done(s, a, start, end)
+
+    def _receive(self, s: int, a: Action) -> bool:
+        """Done once its message has arrived; until then posted, where a sender waits for that."""
+        start = self.clock[s]
+        key = ("F" if a.op == RECV_F else "B", a.micro, s if a.stage is None else a.stage)
+        if not self.arrived.get(key) and self.unclaimed.get(key):
+            self._claim(key, start)
+        if not self.arrived.get(key):
+            return self._post(key, start)
+        arrival = max(start, self.arrived[key].pop(0))
+        self.idle[s] += arrival - start
+        return self._done(s, a, arrival, arrival)
+
+    def _claim(self, key: _Message, start: float) -> None:
+        """A receive reached after its receiver-driven send: the message moves from now on (later
+        still where its sender computes now)."""
+        sent_at, transfer, sender = self.unclaimed[key].pop(0)
+        late = self.transport.busy_sender_s if sent_at < start and self._busy(sender, start) else 0.0
+        self.arrived.setdefault(key, []).append(max(sent_at, start) + transfer + late)
+        self.posted.pop(key, None)
+
+    def _post(self, key: _Message, start: float) -> bool:
+        """A receive reached before its message: where the send waits for it (rendezvous) or moves
+        its message only from then on (receiver-driven), it is posted; whether that is news."""
+        if (self.transport.rendezvous or self.transport.receiver_driven) and key not in self.posted:
+            self.posted[key] = start  # the sender may now go on: look again
+            return True
+        return False  # blocked until the peer sends
+
+    def _busy(self, s: int, t: float) -> bool:
+        """List ``s`` is running an action (not waiting) at time ``t``."""
+        for e in reversed(self.runs[s]):
             if e.end <= t:
                 return False
             if e.start <= t:
                 return True
         return False
 
-    while any(pc[s] < len(schedules[s]) for s in range(n)):
-        progressed = False
-        # one action at a time, from the list earliest in time: a receive is then reached before any
-        # send issued after it, which is what a receiver-driven send needs to know
-        for s in sorted((s for s in range(n) if pc[s] < len(schedules[s])), key=earliest):
-            a = schedules[s][pc[s]]
-            start = clock[s]
-            here = s if a.stage is None else a.stage
-            if a.op in (RECV_F, RECV_B):
-                key = ("F" if a.op == RECV_F else "B", a.micro, here)
-                if not arrived.get(key) and unclaimed.get(key):  # sent before: it moves from now on
-                    sent_at, transfer, sender = unclaimed[key].pop(0)
-                    late = busy_sender_s if sent_at < start and busy(sender, start) else 0.0
-                    arrived.setdefault(key, []).append(max(sent_at, start) + transfer + late)
-                    posted.pop(key, None)
-                if not arrived.get(key):
-                    if (rendezvous or receiver_driven) and key not in posted:
-                        posted[key] = start  # the sender may now go on: look again
-                        progressed = True
-                        break
-                    continue  # blocked until the peer sends
-                start = max(start, arrived[key].pop(0))
-                idle[s] += start - clock[s]
-                end = start
-            elif a.op in (SEND_F, SEND_B):
-                dst = here + 1 if a.op == SEND_F else here - 1
-                if not 0 <= dst < stages:
-                    raise Deadlock(f"stage {here} sends {a} to a stage that does not exist")
-                key = ("F" if a.op == SEND_F else "B", a.micro, dst)
-                if rendezvous:
-                    if key not in posted:
-                        continue  # blocked until the receiver reaches its receive
-                    met = max(start, posted.pop(key))
-                    idle[s] += met - start
-                    arrival = end = met + cost(s, a)
-                elif receiver_driven and posted.get(key, float("inf")) > start:
-                    # the receive is not waiting yet: the sender goes on at once, and the message
-                    # moves from the receive on (its I/O thread writes it then, on the waiting
-                    # receiver's idle core)
-                    unclaimed.setdefault(key, []).append((start, cost(s, a), s))
-                    arrival, end = None, start
-                else:
-                    posted.pop(key, None)
-                    arrival = start + cost(s, a)
-                    end = arrival if blocking_sends else start
-                if arrival is not None:
-                    arrived.setdefault(key, []).append(arrival)
-            else:
-                end = start + cost(s, a)
-                if a.op in COMPUTE and wake is not None:
-                    end += wake(idle[s]) if idle[s] > 0 else 0.0
-                    idle[s] = 0.0
-            timeline.events.append(Event(s, a, start, end))
-            runs[s].append(timeline.events[-1])
-            clock[s] = end
-            pc[s] += 1
-            progressed = True
-            break
-        if not progressed:
-            stuck = {s: str(schedules[s][pc[s]]) for s in range(n) if pc[s] < len(schedules[s])}
-            raise Deadlock(f"no stage can progress; waiting at {stuck}")
-    unreceived = {k: v for k, v in [*arrived.items(), *unclaimed.items()] if v}
-    if unreceived:
-        raise Deadlock(f"messages sent but never received: {sorted(unreceived)}")
-    return timeline
+    def _send(self, s: int, a: Action) -> bool:
+        start = self.clock[s]
+        here = s if a.stage is None else a.stage
+        dst = here + 1 if a.op == SEND_F else here - 1
+        if not 0 <= dst < self.stages:
+            raise Deadlock(f"stage {here} sends {a} to a stage that does not exist")
+        key = ("F" if a.op == SEND_F else "B", a.micro, dst)
+        if self.transport.rendezvous:
+            return self._meet(s, a, key, start)
+        if self.transport.receiver_driven and self.posted.get(key, float("inf")) > start:
+            # the receive is not waiting yet: the sender goes on at once, and the message moves
+            # from the receive on
+            self.unclaimed.setdefault(key, []).append((start, self.cost(s, a), s))
+            return self._done(s, a, start, start)
+        self.posted.pop(key, None)
+        arrival = start + self.cost(s, a)
+        self.arrived.setdefault(key, []).append(arrival)
+        return self._done(s, a, start, arrival if self.transport.blocking_sends else start)
+
+    def _meet(self, s: int, a: Action, key: _Message, start: float) -> bool:
+        """A blocking send: it waits for its receive to be reached, then holds its sender while the
+        message moves."""
+        if key not in self.posted:
+            return False  # blocked until the receiver reaches its receive
+        met = max(start, self.posted.pop(key))
+        self.idle[s] += met - start
+        arrival = met + self.cost(s, a)
+        self.arrived.setdefault(key, []).append(arrival)
+        return self._done(s, a, start, arrival)
 
 
 def render(timeline: Timeline, unit: float = 1.0) -> str:

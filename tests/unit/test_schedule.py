@@ -71,9 +71,9 @@ def test_a_rendezvous_send_waits_for_its_receive_and_holds_its_sender():
         return ev[1].end, ev[2].start, timeline.stage_events(1)[2].start
 
     # a posted send arrives at 2 whenever the receiver gets to it
-    assert send_and_next_forward(sch.replay(lists, cost, blocking_sends=True)) == (2.0, 2.0, 5.0)
+    assert send_and_next_forward(sch.replay(lists, cost, sch.Transport(blocking_sends=True))) == (2.0, 2.0, 5.0)
     # a blocking send meets its receive at 5 and both go on at 6
-    assert send_and_next_forward(sch.replay(lists, cost, rendezvous=True)) == (6.0, 6.0, 6.0)
+    assert send_and_next_forward(sch.replay(lists, cost, sch.RENDEZVOUS)) == (6.0, 6.0, 6.0)
     # two stages sending to each other first never meet
     crossed = [
         [sch.Action(sch.SEND_F, 0), sch.Action(sch.RECV_B, 0)],
@@ -81,7 +81,7 @@ def test_a_rendezvous_send_waits_for_its_receive_and_holds_its_sender():
     ]
     sch.replay(crossed, cost)
     with pytest.raises(sch.Deadlock, match="no stage can progress"):
-        sch.replay(crossed, cost, rendezvous=True)
+        sch.replay(crossed, cost, sch.RENDEZVOUS)
 
 
 def test_a_receiver_driven_message_moves_once_its_receive_is_reached():
@@ -91,20 +91,19 @@ def test_a_receiver_driven_message_moves_once_its_receive_is_reached():
         return timeline.stage_events(0)[1].end, timeline.stage_events(1)[2].start
 
     # the receive comes late: the message moves from 5, arrives at 6; the sender went on at once
-    assert send_and_receiver_forward(sch.replay(lists, cost, blocking_sends=True, receiver_driven=True)) == (1.0, 6.0)
+    assert send_and_receiver_forward(sch.replay(lists, cost, sch.GLOO)) == (1.0, 6.0)
 
     # the receive is waiting (stage 1 reaches it at 0.5): the message moves at once, holding its
     # sender, and arrives at 2
     def half(stage, a):
         return 0.5 if a.op == sch.BWD else cost(stage, a)
 
-    assert send_and_receiver_forward(sch.replay(lists, half, blocking_sends=True, receiver_driven=True)) == (2.0, 2.0)
+    assert send_and_receiver_forward(sch.replay(lists, half, sch.GLOO)) == (2.0, 2.0)
     # whichever list the replay reaches first: the receiving stage listed first gives the same times
     swapped = sch.replay(
         [[replace(a, stage=1) for a in lists[1]], [replace(a, stage=0) for a in lists[0]]],
         lambda stage, a: cost(1 - stage, a),
-        blocking_sends=True,
-        receiver_driven=True,
+        sch.GLOO,
         placement=[1, 0],
     )
     assert (swapped.stage_events(1)[1].end, swapped.stage_events(0)[2].start) == (1.0, 6.0)
@@ -113,16 +112,12 @@ def test_a_receiver_driven_message_moves_once_its_receive_is_reached():
         [sch.Action(sch.SEND_F, 0), sch.Action(sch.RECV_B, 0)],
         [sch.Action(sch.SEND_B, 0), sch.Action(sch.RECV_F, 0)],
     ]
-    assert sch.replay(crossed, cost, receiver_driven=True).makespan == 1.0
+    assert sch.replay(crossed, cost, sch.Transport(receiver_driven=True)).makespan == 1.0
 
 
 def test_a_late_receive_waits_more_while_its_sender_computes_and_not_while_it_waits():
     def receiver_forward(lists):
-        return (
-            sch.replay(lists, _forward_1_backward_5, blocking_sends=True, receiver_driven=True, busy_sender_s=0.25)
-            .stage_events(1)[2]
-            .start
-        )
+        return sch.replay(lists, _forward_1_backward_5, replace(sch.GLOO, busy_sender_s=0.25)).stage_events(1)[2].start
 
     # stage 0 computes (a backward, then F1) from 1 to 7 when stage 1 reaches its receive at 5
     busy = [

@@ -250,7 +250,7 @@ def test_deepspeeds_own_schedule_runs_each_micro_batch_once_and_meets_every_bloc
             [a.micro for a in acts if a.op == sch.FWD] == [a.micro for a in acts if a.op == sch.BWD] == list(range(m))
         )
         assert acts[-1] == sch.Action(sch.STEP)
-    sch.replay(lists, rendezvous=True)  # raises Deadlock otherwise
+    sch.replay(lists, transport=sch.RENDEZVOUS)  # raises Deadlock otherwise
 
 
 def test_deepspeed_is_replayed_in_its_own_order_with_transfers_that_meet():
