@@ -62,8 +62,8 @@ class PipeliningStrategy(Strategy):
         st, m = spec.strategy, spec.train.micro_batches
         replicas = uniform_replicas(spec)
         P, n, v = len(replicas), replicas[0], st.stages_per_rank
-        kind = schedules.get(st.schedule)
-        check_stages_per_rank(spec, kind, schedules.names(library=True))
+        schedule = schedules.get(st.schedule)
+        check_stages_per_rank(spec, schedule, schedules.names(library=True))
         check_layout(spec, replicas, stages_per_rank=v)
         B = spec.train.global_batch
         if B % (n * m):
@@ -71,13 +71,13 @@ class PipeliningStrategy(Strategy):
                 f"torch.distributed.pipelining needs equal micro-batches: train.global_batch={B} must be divisible by "
                 f"{n} pipeline replica(s) x {m} micro-batches; use a multiple of {n * m}"
             )
-        if n > 1 and kind.splits_backward:
+        if n > 1 and schedule.splits_backward:
             raise ConfigError(
                 f"strategy.schedule={st.schedule} splits the backward, which skips the hooks DDP reduces gradients "
                 f"with (torch 2.14, pytorch/pytorch#144530: replicas end a step with different weights); run one "
                 f"pipeline, world_size={P}, or interleaved_1f1b or looped_bfs across {n} replicas"
             )
-        if kind.placement == "one":
+        if schedule.placement == "one":
             if m < P:
                 raise ConfigError(
                     f"torch.distributed.pipelining's schedules need at least one micro-batch per stage: "
@@ -85,7 +85,7 @@ class PipeliningStrategy(Strategy):
                 )
             return
         try:  # the library's own rules, by building its schedule; then a replay proves it finishes
-            kind.check(P, v, m)
+            schedule.check(P, v, m)
         except schedules.ScheduleError as e:
             raise ConfigError(
                 f"strategy.schedule={st.schedule} cannot run train.micro_batches={m} on {P} rank(s) x "
@@ -128,8 +128,8 @@ class PipeliningStrategy(Strategy):
         # this rank's position in its pipeline (a "stage" for the harness's per-rank figures)
         self.stage, self.replica = topo.stage_of(ctx.rank), topo.replica_of(ctx.rank)
         self.n_replicas, self.num_stages = n, S
-        kind = schedules.get(st.schedule)
-        self.stage_indices = kind.stages_of(P, v, self.stage)
+        schedule = schedules.get(st.schedule)
+        self.stage_indices = schedule.stages_of(P, v, self.stage)
 
         self.partition = resolve_boundaries(spec, layers, ctx, comm, [n] * S)
         ranges = stage_ranges(self.partition.boundaries, len(layers))
@@ -173,13 +173,13 @@ class PipeliningStrategy(Strategy):
         self.local_batch = spec.train.global_batch // n
         # shapes are inferred by pipelining on the first (untimed) step, as its users run it
         self._eval_order = None
-        library = get_schedule_class(kind.library)
-        if kind.placement == "one":  # the single-stage classes take one stage, the others a list
+        library = get_schedule_class(schedule.library)
+        if schedule.placement == "one":  # the single-stage classes take one stage, the others a list
             self.schedule = library(pipe_stages[0], n_microbatches=m, loss_fn=self._loss)
         else:
             self.schedule = library(pipe_stages, n_microbatches=m, loss_fn=self._loss)
             # the runtime runs the lowered order it keeps per rank; evaluation swaps in a forward-only one
-            forward = kind.forward_only(P, v, m)
+            forward = schedule.forward_only(P, v, m)
             self._eval_order = {r: torch_schedules.to_library(acts) for r, acts in enumerate(forward)}
         self.first, self.last = 0 in self.stage_indices, S - 1 in self.stage_indices
 

@@ -184,8 +184,8 @@ class Strategy(ABC):
         name = getattr(spec.strategy, "schedule", None)
         if name not in schedules.SCHEDULES:
             return None
-        kind = schedules.SCHEDULES[name]
-        return kind, getattr(spec.strategy, "stages_per_rank", None) or kind.default_stages_per_rank
+        schedule = schedules.SCHEDULES[name]
+        return schedule, getattr(spec.strategy, "stages_per_rank", None) or schedule.default_stages_per_rank
 
     @classmethod
     def analytic_bubble(cls, spec, stages: int) -> float:
@@ -196,8 +196,8 @@ class Strategy(ABC):
         found = cls.schedule(spec)
         if found is None:
             return (stages - 1) / (spec.train.micro_batches + stages - 1)
-        kind, v = found
-        return kind.analytic_bubble(stages, v, spec.train.micro_batches)
+        schedule, v = found
+        return schedule.analytic_bubble(stages, v, spec.train.micro_batches)
 
     @classmethod
     def replayed_schedule(cls, spec, stages: int) -> tuple[list[list[sch.Action]], list[int] | None] | None:
@@ -208,8 +208,8 @@ class Strategy(ABC):
         found = cls.schedule(spec)
         if stages < 2 or found is None or found[0].asynchronous:
             return None
-        kind, v = found
-        return kind.lists(stages, v, spec.train.micro_batches), kind.placement_of(stages, v)
+        schedule, v = found
+        return schedule.lists(stages, v, spec.train.micro_batches), schedule.placement_of(stages, v)
 
     @classmethod
     def simulated(cls, spec, profile: Profile, cluster: Cluster) -> SimLayout:

@@ -54,19 +54,19 @@ class HippieStrategy(Strategy):
 
     def __init__(self, spec, layers, ctx, comm):
         super().__init__(spec, layers, ctx, comm)
-        kind, v = schedules.get(spec.strategy.schedule), spec.strategy.stages_per_rank
+        schedule, v = schedules.get(spec.strategy.schedule), spec.strategy.stages_per_rank
         positions = uniform_replicas(spec)  # replicas per rank position
         P, m = len(positions), spec.train.micro_batches
-        pipe = build_pipeline(spec, layers, ctx, comm, positions * v, place=kind.placement_of(P, v))
+        pipe = build_pipeline(spec, layers, ctx, comm, positions * v, place=schedule.placement_of(P, v))
         self.partition, self.builds = pipe.partition, pipe.builds
         self.params, self.optimizer, self.executor = pipe.params, pipe.optimizer, pipe.executor
         self.topo = self.builds[0].plan.topo
         self.position = self.topo.position_of(ctx.rank)
-        lists = sch.reducing(kind.lists(P, v, m))
+        lists = sch.reducing(schedule.lists(P, v, m))
         self.train_actions = lists[self.position]
         # each peer's messages received in the order it sends them, as NCCL pairs them
-        self.posting = sch.receive_order(lists, kind.placement_of(P, v))[self.position]
-        self.eval_actions = kind.forward_only(P, v, m)[self.position]
+        self.posting = sch.receive_order(lists, schedule.placement_of(P, v))[self.position]
+        self.eval_actions = schedule.forward_only(P, v, m)[self.position]
 
     @classmethod
     def check(cls, spec) -> None:
@@ -77,10 +77,10 @@ class HippieStrategy(Strategy):
                 f"strategy.schedule={st.schedule} is not one of {', '.join(ours)} (the synchronous "
                 "schedules of our runtime)"
             )
-        kind = schedules.get(st.schedule)
-        check_stages_per_rank(spec, kind, ours)
+        schedule = schedules.get(st.schedule)
+        check_stages_per_rank(spec, schedule, ours)
         check_layout(spec, replicas, stages_per_rank=st.stages_per_rank)
-        refuse_unrunnable(kind, len(replicas), st.stages_per_rank, spec.train.micro_batches)
+        refuse_unrunnable(schedule, len(replicas), st.stages_per_rank, spec.train.micro_batches)
 
     @classmethod
     def samples_per_forward(cls, spec) -> int:

@@ -96,32 +96,32 @@ def check_layout(spec, replicas: list[int], stages_per_rank: int = 1) -> None:
     resolve_recompute(getattr(st, "recompute", "none"), n_layers, (0, n_layers), last_stage=False)
 
 
-def check_stages_per_rank(spec, kind: Schedule, offered: list[str]) -> None:
+def check_stages_per_rank(spec, schedule: Schedule, offered: list[str]) -> None:
     """Refuse several stages per rank under a schedule that places one (``offered``: the
     schedules the strategy runs, of which those that place several are named)."""
     v = spec.strategy.stages_per_rank
-    if kind.placement == "one" and v != 1:
+    if schedule.placement == "one" and v != 1:
         several = [s for s in offered if SCHEDULES[s].placement != "one"]
         raise ConfigError(
-            f"strategy.schedule={kind.name} runs one stage per rank; set strategy.stages_per_rank=1 "
+            f"strategy.schedule={schedule.name} runs one stage per rank; set strategy.stages_per_rank=1 "
             f"or use a schedule with several: {', '.join(several)}"
         )
 
 
-def refuse_unrunnable(kind: Schedule, ranks: int, stages_per_rank: int, micro_batches: int) -> None:
+def refuse_unrunnable(schedule: Schedule, ranks: int, stages_per_rank: int, micro_batches: int) -> None:
     """Refuse before launch a schedule our executor cannot run: one that cannot take this shape or
     cannot finish (replayed without processes), or one with an action kind the executor has no
     method for."""
     try:
-        lists = kind.check(ranks, stages_per_rank, micro_batches)
+        lists = schedule.check(ranks, stages_per_rank, micro_batches)
     except ScheduleError as e:
         raise ConfigError(
-            f"strategy.schedule={kind.name} cannot run train.micro_batches={micro_batches} on {ranks} stage(s): {e}"
+            f"strategy.schedule={schedule.name} cannot run train.micro_batches={micro_batches} on {ranks} stage(s): {e}"
         ) from None
     missing = StageExecutor.unsupported(lists)
     if missing:
         raise ConfigError(
-            f"strategy.schedule={kind.name} has actions {', '.join(missing)} that our runtime's executor "
+            f"strategy.schedule={schedule.name} has actions {', '.join(missing)} that our runtime's executor "
             f"does not run (it runs {', '.join(StageExecutor.ACTIONS)})"
         )
 
