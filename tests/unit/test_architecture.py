@@ -43,6 +43,16 @@ def test_the_import_contracts_hold():
             "from harness.cli.hydra_app import spec_or_exit",
             "Strategies never import the commands, the CLI, the run layer or Hydra BROKEN",
         ),
+        (
+            "harness/runtime/stage.py",
+            "from harness.runtime.executor import StageExecutor",
+            "The runtime in one-way layers, action lists at the bottom BROKEN",
+        ),
+        (
+            "harness/runtime/gradients.py",
+            "from harness.runtime.actions import Action",
+            "Gradient buckets, sync and clipping know no action list BROKEN",
+        ),
     ],
 )
 def test_a_wrong_import_breaks_the_contracts(tmp_path, module, line, broken):
