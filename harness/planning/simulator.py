@@ -4,7 +4,7 @@ One source of truth: the per-stage action lists come from the schedule registry
 (:mod:`harness.runtime.schedules`: the lists the executor or the library runs), and
 :func:`harness.runtime.actions.replay` replays them; this module only says
 what each action costs on a given cluster, from a measured profile
-(:class:`harness.planning.planner.Profile`):
+(:class:`harness.planning.planner.Profile`), in :class:`CostModel`:
 
 - forward / backward of a micro-batch on stage s: per-sample layer times x the
   samples a replica computes, divided by the cluster's compute speed relative
@@ -248,113 +248,137 @@ class Draw:
         return 1.0 if self.transfer is None else self.transfer[self.rng.integers(len(self.transfer))]
 
 
-def predict(
-    profile: Profile,
-    cluster: Cluster,
-    layout: SimLayout,
-    world_size: int,
-    global_batch: int,
-    overhead: tuple[float, float] | None = None,
-    draw: Draw | None = None,
-) -> Prediction:
-    """Replay ``layout``'s action lists with the profile's costs on ``cluster``.
+class CostModel:
+    """What each action of a layout's lists costs on ``cluster``, from ``profile``'s measurements
+    (the model: this module's docstring), and what a lane holds in memory.
 
-    The lists are per rank position of the pipeline (a lane); where a lane holds several
-    stages (``stages_per_rank``) each action names its stage and costs that stage's work.
-    ``overhead`` (per action, per step; default: :func:`host_overhead`) is added to every
-    action but the step, and to the step. With ``draw``, each compute and transfer costs its
-    median times a draw (:class:`Draw`)."""
-    layers = profile.layers
-    n_layers = len(layers)
-    replicas, recompute, micro_batches = list(layout.replicas), set(layout.recompute), layout.micro_batches
-    P, v = len(replicas), layout.stages_per_rank
-    S = P * v  # stages
-    boundaries = layout.boundaries
-    if boundaries is None:
-        boundaries = balanced_boundaries([l.forward_s + l.backward_s for l in layers], S) if S > 1 else []
-    ranges = stage_ranges(boundaries, n_layers)
-    kind = schedules.get(layout.schedule)
-    lane_of = kind.place(P, v)
-    if layout.lists is not None:
-        lists = [list(acts) for acts in layout.lists]
-    elif kind.asynchronous:
-        lists = None  # replayed below over enough minibatches to reach the steady state
-    else:
-        lists = kind.lists(P, v, micro_batches)
-    stages_of_lane = [[s for s in range(S) if lane_of[s] == p] for p in range(P)]
-    splits = any(a.op in (sch.BWD_I, sch.BWD_W) for acts in lists or [] for a in acts)
-    if splits and any(l.backward_input_s is None for l in layers):
-        raise ConfigError(
-            f"schedule {layout.schedule} splits each backward into its input- and weight-gradient "
-            "parts, which this profile does not time; profile again (pipebench profile)"
-        )
-    ranks = _stage_ranks(replicas)
-    # layer times measured in isolation, scaled to what a whole forward and backward measured on
-    # the same device took, or each stage's own steady-state pass where the profile timed this cut
-    # of one stage per rank (as 1F1B and AshPipe run it); the optimizer update is measured on its
-    # own (once per STEP)
-    one_f_one_b = v == 1 and set(replicas) == {1} and layout.schedule in ("1f1b", schedules.ASYNC)
-    factor = (one_f_one_b and profile.stage_factors_for(boundaries)) or [profile.step_factor] * S
-    opt_s = profile.optimizer_s_per_byte / cluster.compute_scale
-    # samples one replica of each stage computes per micro-batch
-    share_of = [global_batch / micro_batches / replicas[lane_of[s]] for s in range(S)]
+    Built once per prediction; :meth:`cost` is the replay's cost function. Stages are numbered
+    along the pipeline, lanes are its rank positions (a lane holds ``stages_per_rank`` stages).
+    The all-reduce each lane's step waits for is kept as the replay charges it
+    (``exposed_allreduce``), for the exposed communication."""
 
-    def layer_sum(s: int, time) -> float:
-        lo, hi = ranges[s]
-        return share_of[s] * sum(time(i) for i in range(lo, hi)) * factor[s] / cluster.compute_scale
+    def __init__(
+        self,
+        profile: Profile,
+        cluster: Cluster,
+        layout: SimLayout,
+        boundaries: list[int],
+        global_batch: int,
+        overhead: tuple[float, float] | None = None,
+        draw: Draw | None = None,
+    ):
+        self.profile, self.cluster, self.layout, self.draw = profile, cluster, layout, draw
+        self.layers = profile.layers
+        self.recompute = set(layout.recompute)
+        self.replicas = list(layout.replicas)
+        lanes, v = len(self.replicas), layout.stages_per_rank
+        self.stages = lanes * v
+        self.ranges = stage_ranges(boundaries, len(self.layers))
+        self.schedule = schedules.get(layout.schedule)
+        self.lane_of = self.schedule.place(lanes, v)
+        self.stages_of_lane = [[s for s in range(self.stages) if self.lane_of[s] == p] for p in range(lanes)]
+        self.ranks = _stage_ranks(self.replicas)
+        # layer times measured in isolation, scaled to what a whole forward and backward measured on
+        # the same device took, or each stage's own steady-state pass where the profile timed this cut
+        # of one stage per rank (as 1F1B and AshPipe run it); the optimizer update is measured on its
+        # own (once per STEP)
+        one_f_one_b = v == 1 and set(self.replicas) == {1} and layout.schedule in ("1f1b", schedules.ASYNC)
+        self.factor = (one_f_one_b and profile.stage_factors_for(boundaries)) or [profile.step_factor] * self.stages
+        self.optimizer_s_per_byte = profile.optimizer_s_per_byte / cluster.compute_scale
+        # samples one replica of each stage computes per micro-batch
+        self.share_of = [
+            global_batch / layout.micro_batches / self.replicas[self.lane_of[s]] for s in range(self.stages)
+        ]
+        self.hides_allreduce = layout.hides_allreduce and not cluster.comm_uses_compute
+        self.per_action, self.per_step = overhead if overhead is not None else host_overhead(profile, cluster, layout)
+        # data parallelism on the profiled host: every step ends with the replicas meeting, so it lasts as
+        # long as the slowest of them took (the profile's lockstep measurement); a pipeline's ranks meet
+        # at every transfer, which the replay itself follows
+        meets = cluster.host_overhead and self.stages == 1 and self.replicas[0] > 1
+        self.meeting = profile.meeting_factor if meets else 1.0
+        self.exposed_allreduce: dict[int, float] = {}  # per lane: the all-reduce time its step waits for
 
-    def fwd(s: int) -> float:
-        return layer_sum(s, lambda i: layers[i].forward_s)
+    # -- compute ----------------------------------------------------------------
+    def layer_sum(self, s: int, time) -> float:
+        """``time(layer)`` summed over stage ``s``'s layers, for the samples a replica computes, at
+        the stage's factor and the cluster's speed."""
+        lo, hi = self.ranges[s]
+        return self.share_of[s] * sum(time(i) for i in range(lo, hi)) * self.factor[s] / self.cluster.compute_scale
 
-    def bwd(s: int) -> float:
-        return layer_sum(s, lambda i: layers[i].backward_s + (layers[i].forward_s if i in recompute else 0.0))
+    def recomputed_s(self, i: int) -> float:
+        """The forward layer ``i`` runs again before its backward (0 where it is not recomputed)."""
+        return self.layers[i].forward_s if i in self.recompute else 0.0
 
-    def recomputes_at_i(s: int) -> bool:
+    def forward(self, s: int) -> float:
+        return self.layer_sum(s, lambda i: self.layers[i].forward_s)
+
+    def backward(self, s: int) -> float:
+        return self.layer_sum(s, lambda i: self.layers[i].backward_s + self.recomputed_s(i))
+
+    def recomputes_at_i(self, s: int) -> bool:
         """Our executor (the only one that runs our split schedules) runs a split backward's stage
         with recomputed layers forward once more, whole, at I (harness.runtime.executor.StageExecutor._I);
         the first stage's W is a whole backward."""
-        lo, hi = ranges[s]
-        return kind.ours and s > 0 and any(i in recompute for i in range(lo, hi))
+        lo, hi = self.ranges[s]
+        return self.schedule.ours and s > 0 and any(i in self.recompute for i in range(lo, hi))
 
-    def bwd_part(s: int, a: sch.Action) -> float:
+    def backward_part(self, s: int, a: sch.Action) -> float:
         """The input- or weight-gradient part, as our executor or the library runs it
         (harness.runtime.torch_schedules)."""
+        layers = self.layers
         if s == 0:  # the first stage's I does nothing, its W runs the whole backward
-            return bwd(s) * schedules.backward_part(a)
-        if a.op == sch.BWD_I and recomputes_at_i(s):
-            return layer_sum(s, lambda i: layers[i].backward_input_s + layers[i].forward_s)
+            return self.backward(s) * schedules.backward_part(a)
+        if a.op == sch.BWD_I and self.recomputes_at_i(s):
+            return self.layer_sum(s, lambda i: layers[i].backward_input_s + layers[i].forward_s)
         if a.op == sch.BWD_I:
-            return layer_sum(s, lambda i: layers[i].backward_input_s + (layers[i].forward_s if i in recompute else 0.0))
-        return layer_sum(s, lambda i: layers[i].backward_weight_s)
+            return self.layer_sum(s, lambda i: layers[i].backward_input_s + self.recomputed_s(i))
+        return self.layer_sum(s, lambda i: layers[i].backward_weight_s)
 
-    def params(s: int) -> float:
-        lo, hi = ranges[s]
-        return float(sum(layers[i].param_bytes for i in range(lo, hi)))
+    # -- communication and the step ---------------------------------------------
+    def param_bytes(self, s: int) -> float:
+        lo, hi = self.ranges[s]
+        return float(sum(self.layers[i].param_bytes for i in range(lo, hi)))
 
-    def send(s: int, towards_next: bool) -> float:
+    def transfer(self, s: int, towards_next: bool) -> float:
+        """A send of stage ``s``'s boundary activation (or gradient) over the link to its neighbour."""
         peer = s + 1 if towards_next else s - 1
-        boundary = ranges[s][1] - 1 if towards_next else ranges[s][0] - 1
-        bw, lat = cluster.link(ranks[lane_of[s]][0], ranks[lane_of[peer]][0])
-        return share_of[s] * layers[boundary].output_bytes / bw + lat
+        boundary = self.ranges[s][1] - 1 if towards_next else self.ranges[s][0] - 1
+        bw, lat = self.cluster.link(self.ranks[self.lane_of[s]][0], self.ranks[self.lane_of[peer]][0])
+        return self.share_of[s] * self.layers[boundary].output_bytes / bw + lat
 
-    hides = layout.hides_allreduce and not cluster.comm_uses_compute
+    def step(self, p: int) -> float:
+        """Lane ``p``'s step: the all-reduce it waits for (what the last backward does not hide),
+        then the optimizer update."""
+        lane_params = sum(self.param_bytes(s) for s in self.stages_of_lane[p])
+        ar = self.cluster.allreduce_s(lane_params, self.ranks[p])
+        if self.hides_allreduce:
+            ar = max(0.0, ar - min(self.backward(s) for s in self.stages_of_lane[p]))
+        self.exposed_allreduce[p] = ar
+        return ar + self.optimizer_s_per_byte * lane_params
 
-    exposed_allreduce: dict[int, float] = {}  # per lane: the all-reduce time its step waits for
+    # -- what the replay charges --------------------------------------------------
+    def work(self, p: int, a: sch.Action) -> float:
+        """Action ``a`` of lane ``p`` at its median."""
+        s = p if a.stage is None else a.stage
+        if a.op == sch.FWD:
+            return self.forward(s)
+        if a.op == sch.BWD:
+            return self.backward(s)
+        if a.op in (sch.BWD_I, sch.BWD_W):
+            return self.backward_part(s, a)
+        if a.op == sch.SEND_F:
+            return self.transfer(s, True)
+        if a.op == sch.SEND_B:
+            return self.transfer(s, False)
+        if a.op == sch.STEP:
+            return self.step(p)
+        return 0.0
 
-    def step(p: int) -> float:
-        lane_params = sum(params(s) for s in stages_of_lane[p])
-        ar = cluster.allreduce_s(lane_params, ranks[p])
-        exposed_allreduce[p] = max(0.0, ar - min(bwd(s) for s in stages_of_lane[p])) if hides else ar
-        return exposed_allreduce[p] + opt_s * lane_params
-
-    per_action, per_step = overhead if overhead is not None else host_overhead(profile, cluster, layout)
-    # data parallelism on the profiled host: every step ends with the replicas meeting, so it lasts as
-    # long as the slowest of them took (the profile's lockstep measurement); a pipeline's ranks meet
-    # at every transfer, which the replay itself follows
-    meeting = profile.meeting_factor if cluster.host_overhead and S == 1 and replicas[0] > 1 else 1.0
-
-    def cost(p: int, a: sch.Action) -> float:
-        scale = meeting if a.op in sch.COMPUTE else 1.0
+    def cost(self, p: int, a: sch.Action) -> float:
+        """The replay's cost of action ``a`` on lane ``p``: its work, as slow as data parallelism's
+        meeting makes a compute, times the draw's (if any), plus the host's overhead."""
+        scale = self.meeting if a.op in sch.COMPUTE else 1.0
+        draw = self.draw
         if draw is not None:
             scale *= (
                 draw.compute()
@@ -363,24 +387,80 @@ def predict(
                 if a.op in (sch.SEND_F, sch.SEND_B)
                 else 1.0
             )
-        return work(p, a) * scale + (per_step if a.op == sch.STEP else per_action)
+        return self.work(p, a) * scale + (self.per_step if a.op == sch.STEP else self.per_action)
 
-    def work(p: int, a: sch.Action) -> float:
-        s = p if a.stage is None else a.stage
-        if a.op == sch.FWD:
-            return fwd(s)
-        if a.op == sch.BWD:
-            return bwd(s)
-        if a.op in (sch.BWD_I, sch.BWD_W):
-            return bwd_part(s, a)
-        if a.op == sch.SEND_F:
-            return send(s, True)
-        if a.op == sch.SEND_B:
-            return send(s, False)
-        if a.op == sch.STEP:
-            return step(p)
-        return 0.0
+    # -- what a replayed step leaves ----------------------------------------------
+    def exposed_comm_s(self, timeline: sch.Timeline) -> float:
+        """The busiest lane's exposed communication over the replay: its sends, and the part of
+        each step spent waiting for the all-reduce (the optimizer's update in the same action is
+        compute)."""
+        return max(
+            sum(
+                e.end - e.start if e.action.op in (sch.SEND_F, sch.SEND_B) else self.exposed_allreduce.get(p, 0.0)
+                for e in timeline.stage_events(p)
+                if e.action.op in (sch.SEND_F, sch.SEND_B, sch.STEP)
+            )
+            for p in range(len(self.replicas))
+        )
 
+    def kept(self, s: int) -> float:
+        """Bytes one micro-batch leaves on stage ``s`` until its backward."""
+        lo, hi = self.ranges[s]
+        layers = self.layers
+        return self.share_of[s] * sum(
+            layers[i].input_bytes if i in self.recompute else layers[i].saved_bytes for i in range(lo, hi)
+        )
+
+    def kept_after_i(self, s: int) -> float:
+        """... and from its I to its W, where I recomputed the stage."""
+        if not self.recomputes_at_i(s):
+            return self.kept(s)
+        lo, hi = self.ranges[s]
+        return self.share_of[s] * sum(self.layers[i].saved_bytes for i in range(lo, hi))
+
+    def peak_memory(self, p: int, timeline: sch.Timeline) -> float:
+        """Lane ``p``'s peak: parameters, gradients and optimizer state, any stashed weight copies,
+        and the most activations the replay left on it at once."""
+        resident = sum(self.param_bytes(s) for s in self.stages_of_lane[p])
+        stash = 0.0
+        if self.layout.stashes_weights and p < self.stages - 1:
+            stash = timeline.max_in_flight(p) * resident
+        held = timeline.peak_live(p, self.kept, self.kept_after_i)
+        return resident * (2 + self.profile.optimizer_state_per_param_byte) + stash + held
+
+
+def _cut_and_lists(profile: Profile, layout: SimLayout) -> tuple[list[int], list[list[sch.Action]] | None]:
+    """``layout``'s cut (balanced on the profile's layer costs where it gives none) and its action
+    lists, one per lane (None for an asynchronous schedule: :func:`_replay` replays enough
+    minibatches to reach the steady state). ConfigError where the lists split backwards the
+    profile did not time in parts."""
+    layers = profile.layers
+    P, v = len(layout.replicas), layout.stages_per_rank
+    S = P * v  # stages
+    boundaries = layout.boundaries
+    if boundaries is None:
+        boundaries = balanced_boundaries([l.forward_s + l.backward_s for l in layers], S) if S > 1 else []
+    kind = schedules.get(layout.schedule)
+    if layout.lists is not None:
+        lists = [list(acts) for acts in layout.lists]
+    elif kind.asynchronous:
+        lists = None
+    else:
+        lists = kind.lists(P, v, layout.micro_batches)
+    splits = any(a.op in (sch.BWD_I, sch.BWD_W) for acts in lists or [] for a in acts)
+    if splits and any(l.backward_input_s is None for l in layers):
+        raise ConfigError(
+            f"schedule {layout.schedule} splits each backward into its input- and weight-gradient "
+            "parts, which this profile does not time; profile again (pipebench profile)"
+        )
+    return boundaries, lists
+
+
+def _replay(costs: CostModel, lists: list[list[sch.Action]] | None) -> tuple[sch.Timeline, float]:
+    """The lists replayed at ``costs`` on its cluster, and the iteration's time: the replay's span for
+    a synchronous schedule; for the asynchronous one, the steady-state interval between minibatches."""
+    profile, cluster, layout = costs.profile, costs.cluster, costs.layout
+    kind, S, lane_of, cost = costs.schedule, costs.stages, costs.lane_of, costs.cost
     # on the profiled CPU host, a compute action after a wait pays the measured wake-up
     wake = profile.wake_s if cluster.host_overhead and profile.wake else None
 
@@ -401,44 +481,38 @@ def predict(
         transport = sch.RENDEZVOUS if layout.rendezvous else transport
         timeline = sch.replay(lists, cost, transport, placement=lane_of, wake=wake)
         iteration = timeline.makespan
-    span = timeline.makespan
-    bubble = sum(timeline.idle_fraction(p) for p in range(P)) / P
-    # exposed communication: the sends, and the part of each step spent waiting for the all-reduce
-    # (the optimizer's update in the same action is compute)
-    comm = max(
-        sum(
-            e.end - e.start if e.action.op in (sch.SEND_F, sch.SEND_B) else exposed_allreduce.get(p, 0.0)
-            for e in timeline.stage_events(p)
-            if e.action.op in (sch.SEND_F, sch.SEND_B, sch.STEP)
-        )
-        for p in range(P)
-    ) * (iteration / span)
+    return timeline, iteration
 
-    def kept(s: int) -> float:  # bytes one micro-batch leaves on stage s until its backward
-        lo, hi = ranges[s]
-        return share_of[s] * sum(
-            layers[i].input_bytes if i in recompute else layers[i].saved_bytes for i in range(lo, hi)
-        )
 
-    def kept_after_i(s: int) -> float:  # ... and from its I to its W, where I recomputed the stage
-        lo, hi = ranges[s]
-        return share_of[s] * sum(layers[i].saved_bytes for i in range(lo, hi)) if recomputes_at_i(s) else kept(s)
+def predict(
+    profile: Profile,
+    cluster: Cluster,
+    layout: SimLayout,
+    world_size: int,
+    global_batch: int,
+    overhead: tuple[float, float] | None = None,
+    draw: Draw | None = None,
+) -> Prediction:
+    """Replay ``layout``'s action lists with the profile's costs on ``cluster`` (:class:`CostModel`).
 
-    memory = []
-    for p in range(P):
-        resident = sum(params(s) for s in stages_of_lane[p])
-        stash = 0.0
-        if layout.stashes_weights and p < S - 1:
-            stash = timeline.max_in_flight(p) * resident
-        memory.append(
-            resident * (2 + profile.optimizer_state_per_param_byte) + stash + timeline.peak_live(p, kept, kept_after_i)
-        )
+    The lists are per rank position of the pipeline (a lane); where a lane holds several
+    stages (``stages_per_rank``) each action names its stage and costs that stage's work.
+    ``overhead`` (per action, per step; default: :func:`host_overhead`) is added to every
+    action but the step, and to the step. With ``draw``, each compute and transfer costs its
+    median times a draw (:class:`Draw`)."""
+    boundaries, lists = _cut_and_lists(profile, layout)
+    costs = CostModel(profile, cluster, layout, boundaries, global_batch, overhead, draw)
+    timeline, iteration = _replay(costs, lists)
+    lanes = range(len(costs.replicas))
+    bubble = sum(timeline.idle_fraction(p) for p in lanes) / len(lanes)
+    comm = costs.exposed_comm_s(timeline) * (iteration / timeline.makespan)
+    memory = [costs.peak_memory(p, timeline) for p in lanes]
     return Prediction(
         layout.strategy,
         world_size,
         global_batch,
-        micro_batches,
-        list(replicas),
+        layout.micro_batches,
+        list(costs.replicas),
         list(boundaries),
         iteration,
         bubble,
