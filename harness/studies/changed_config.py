@@ -29,7 +29,7 @@ from typing import Callable
 
 import pandas as pd
 
-from harness.studies.driver import measured_on, read_record, run_command
+from harness.studies.driver import measured_on, read_record, run_or_raise
 
 # per model: the micro-batch size of its profile, its cut into 2 stages, other cuts, 4 stages
 # on 2 ranks (the multi-stage schedules)
@@ -144,12 +144,6 @@ def runtimes(matrix: list[Config], model: str) -> list[tuple[str, ...]]:
     return out
 
 
-def _cli(args: list[str], cwd: str, run_dir: str | None = None) -> None:
-    outcome = run_command(args, run_dir, deadline_s=900, cwd=cwd)
-    if outcome.status != "ok":
-        raise RuntimeError(f"pipebench {' '.join(args)} {outcome.status}: {outcome.error}")
-
-
 def _changed(matrix: list[Config], model: str) -> list[Config]:
     return [c for c in matrix if c.model == model and not c.profiled]
 
@@ -182,7 +176,7 @@ def run_repeat(
     steps: int,
     cwd: str = ".",
     log=print,
-    cli: Callable[[list[str], str, str | None], None] = _cli,
+    cli: Callable[[list[str], str, str | None], None] = run_or_raise,
 ) -> None:
     """One repeat into ``out``: each model profiled once (its runtimes' overheads added), then its
     profiled configuration run before the first and after every changed configuration, each run

@@ -167,6 +167,14 @@ def run_command(
     return Outcome("failed", seconds, proc.returncode, record, error, len(left), started, stderr_lines)
 
 
+def run_or_raise(args: list[str], cwd: str = ".", run_dir: str | None = None) -> None:
+    """``pipebench <args>`` as :func:`run_command` runs it (a 900 s deadline); a failure or a hang
+    raises RuntimeError with the command's reason, ending the study that needed it."""
+    outcome = run_command(args, run_dir, deadline_s=900, cwd=cwd)
+    if outcome.status != "ok":
+        raise RuntimeError(f"pipebench {' '.join(args)} {outcome.status}: {outcome.error}")
+
+
 def read_record(run_dir: str) -> tuple[dict | None, str | None]:
     """The record in ``run_dir``, or None and why not (one line)."""
     path = os.path.join(run_dir, RECORD_FILE)
