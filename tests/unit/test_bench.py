@@ -2,7 +2,7 @@
 
 import pytest
 
-from harness.commands.bench import MICRO_BATCHES, STAGES, configurations, summarise
+from harness.studies.bench import MICRO_BATCHES, STAGES, configurations, summarise
 
 
 def _run(throughput, compute_per_sample_s, bubble_measured=0.3, bubble_analytic=None):

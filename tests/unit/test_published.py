@@ -24,7 +24,7 @@ def test_one_fitted_fraction_predicts_another_model_and_zero_bubbles_gain_over_1
 def test_the_verdict_counts_every_pair_of_schedules_of_a_configuration():
     import pandas as pd
 
-    from harness.commands.validate import published_verdict
+    from harness.studies.published_table import published_verdict
 
     rows = pd.DataFrame(
         [

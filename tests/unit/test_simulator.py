@@ -401,8 +401,8 @@ def test_validation_tables_are_rebuilt_from_an_interrupted_run(tmp_path):
     import json as _json
 
     from harness.commands import main
-    from harness.commands.validate import CONFIGS
     from harness.report import record as record_mod
+    from harness.studies.validation import CONFIGS
 
     first, second = list(CONFIGS)[:2]
 
