@@ -19,65 +19,19 @@ Example (the rate sweep of experiment=accuracy_paper_lr_strategies, on its first
 
 from __future__ import annotations
 
-import math
 import sys
 import time
 
 import pandas as pd
-import torch
 from hydra import compose
-from torch import nn
 
 from harness.cli.hydra_app import SWEEP_FLAGS, composing, overrides_of, refuse_bad_overrides, sweep_jobs
 from harness.config.spec import build_spec
-from harness.core.data import BatchOrder, check_available, load
+from harness.core.data import check_available
 from harness.core.errors import ConfigError
-from harness.core.models import build_layers
-from harness.core.training import eval_counts
-from harness.strategies.ashpipe.reference import ashpipe_reference
+from harness.studies import stability as study
 
 OVERRIDES = True
-WINDOW = 20  # steps the first and last training losses are averaged over
-
-
-@torch.no_grad()
-def top1(spec, state: dict[str, torch.Tensor], data) -> float:
-    """Test top-1 of the weights ``state``, on the samples and in the chunks a run evaluates."""
-    model = nn.Sequential(*build_layers(spec.model, spec.seed))
-    model.load_state_dict(state)
-    model.eval()
-    test, batch = data.test, spec.train.global_batch
-    limit = len(test) if spec.train.eval_samples <= 0 else min(spec.train.eval_samples, len(test))
-    correct = count = 0.0
-    for start in range(0, limit - batch + 1, batch):
-        x, y = test.batch(torch.arange(start, start + batch))
-        c, n, _ = eval_counts(model(x), y)
-        correct, count = correct + c, count + n
-    return correct / max(count, 1)
-
-
-def probe(spec) -> dict:
-    """Train ``spec``'s job through the reference; its losses, divergence and final top-1."""
-    boundaries, switch_at = spec.strategy_cls.reference_layout(spec)
-    data = load(spec.data, spec.seed, spec.model.num_classes)
-    order = BatchOrder(len(data.train), spec.train.global_batch, spec.seed)
-    losses: list[float] = []
-
-    def on_loss(step: int, loss: float) -> bool:
-        losses.append(loss)
-        return not math.isfinite(loss)
-
-    state = ashpipe_reference(
-        spec, (data.train_batch(order, k) for k in range(spec.steps)), boundaries, switch_at, on_loss
-    )
-    diverged = len(losses) - 1 if losses and not math.isfinite(losses[-1]) else None
-    return {
-        "steps": len(losses),
-        "loss first": sum(losses[:WINDOW]) / min(WINDOW, len(losses)),
-        "loss last": sum(losses[-WINDOW:]) / min(WINDOW, len(losses)),
-        "diverged at step": diverged,
-        "top-1 %": 100 * top1(spec, state, data),
-    }
 
 
 def main(args: list[str]) -> int:
@@ -95,17 +49,11 @@ def main(args: list[str]) -> int:
             except ConfigError as e:
                 print(f"error: {' '.join(job)}: {e}", file=sys.stderr)
                 return 2
-    varying = [o for o in dict.fromkeys(o for job in jobs for o in job) if any(o not in job for job in jobs)]
+    apart = study.varying(jobs)
     rows = []
     for i, (job, spec) in enumerate(zip(jobs, specs), 1):
         started = time.perf_counter()
-        variant = spec.variant()
-        row = {
-            "job": " ".join(o for o in job if o in varying) or " ".join(job),  # what tells the jobs apart
-            "strategy": spec.strategy.name + (f" ({variant})" if variant else ""),
-            "lr": spec.train.lr,
-            **probe(spec),
-        }
+        row = study.row(job, spec, apart)
         rows.append(row)
         print(
             f"[{i}/{len(jobs)}] {row['job']}: top-1 {row['top-1 %']:.1f}% after {row['steps']} step(s)"

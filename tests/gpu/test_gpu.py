@@ -10,8 +10,8 @@ import os
 import pytest
 import torch
 
-from harness.commands import gpucheck
 from harness.core.timing import DeviceTimer
+from harness.studies import gpucheck
 from tests.helpers.cli import ROOT, run_cli
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device visible")
