@@ -41,6 +41,21 @@ def test_the_version_names_pipebench_its_commit_and_torch(capsys):
     assert out.startswith("pipebench 0.") and "commit" in out and "torch 2.14" in out and "hydra" not in out.lower()
 
 
+def test_the_study_commands_type_their_shared_options_in_one_place():
+    """--out, --repeats, --steps, ... come from harness.studies.options: one type for each, whichever
+    study command has it."""
+    from harness.studies.options import TYPES
+
+    shared = {}
+    for verb in ("bench", "validate", "soak", "gpucheck", "sensitivity"):
+        for action in commands.verb_parser(verb)._actions:
+            if action.dest in TYPES:
+                assert action.type is TYPES[action.dest], (verb, action.dest)
+                shared.setdefault(action.dest, set()).add(verb)
+    assert shared["out"] == {"bench", "validate", "soak", "gpucheck", "sensitivity"}
+    assert shared["steps"] == {"bench", "validate", "gpucheck"} and shared["repeats"] == {"bench", "validate"}
+
+
 def test_an_unknown_verb_is_refused_with_the_nearest(capsys):
     assert commands.main(["reslts"]) == 2
     assert "unknown command 'reslts'; did you mean results?" in capsys.readouterr().err
