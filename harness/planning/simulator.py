@@ -440,13 +440,13 @@ def _cut_and_lists(profile: Profile, layout: SimLayout) -> tuple[list[int], list
     boundaries = layout.boundaries
     if boundaries is None:
         boundaries = balanced_boundaries([l.forward_s + l.backward_s for l in layers], S) if S > 1 else []
-    kind = schedules.get(layout.schedule)
+    schedule = schedules.get(layout.schedule)
     if layout.lists is not None:
         lists = [list(acts) for acts in layout.lists]
-    elif kind.asynchronous:
+    elif schedule.asynchronous:
         lists = None
     else:
-        lists = kind.lists(P, v, layout.micro_batches)
+        lists = schedule.lists(P, v, layout.micro_batches)
     splits = any(a.op in (sch.BWD_I, sch.BWD_W) for acts in lists or [] for a in acts)
     if splits and any(l.backward_input_s is None for l in layers):
         raise ConfigError(
@@ -460,7 +460,7 @@ def _replay(costs: CostModel, lists: list[list[sch.Action]] | None) -> tuple[sch
     """The lists replayed at ``costs`` on its cluster, and the iteration's time: the replay's span for
     a synchronous schedule; for the asynchronous one, the steady-state interval between minibatches."""
     profile, cluster, layout = costs.profile, costs.cluster, costs.layout
-    kind, S, lane_of, cost = costs.schedule, costs.stages, costs.lane_of, costs.cost
+    schedule, S, lane_of, cost = costs.schedule, costs.stages, costs.lane_of, costs.cost
     # on the profiled CPU host, a compute action after a wait pays the measured wake-up
     wake = profile.wake_s if cluster.host_overhead and profile.wake else None
 
@@ -469,9 +469,9 @@ def _replay(costs: CostModel, lists: list[list[sch.Action]] | None) -> tuple[sch
     gloo = cluster.comm_uses_compute
     busy_sender = profile.network.late_receive_s if cluster.host_overhead else 0.0
     transport = replace(sch.GLOO, busy_sender_s=busy_sender) if gloo else sch.NCCL
-    if kind.asynchronous:
+    if schedule.asynchronous:
         n = 4 * S + 8
-        timeline = sch.replay(kind.lists(S, 1, n), cost, transport, wake=wake)
+        timeline = sch.replay(schedule.lists(S, 1, n), cost, transport, wake=wake)
         # steady state: the interval between consecutive optimizer steps on the busiest stage
         steps = {s: [e.end for e in timeline.stage_events(s) if e.action.op == sch.STEP] for s in range(S)}
         window = slice(2 * S, n - S)
