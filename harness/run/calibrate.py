@@ -22,20 +22,18 @@ import os
 import statistics
 import tempfile
 
-import torch
-
 from harness.config.spec import RunSpec
 from harness.core import comm as comm_mod
 from harness.core.data import BatchOrder, load
 from harness.core.errors import ConfigError
-from harness.core.host import start_workers, threads_per_process
+from harness.core.host import start_workers
 from harness.core.models import build_layers
 from harness.core.timing import DeviceTimer
-from harness.metrics.meter import track_cpu_allocations
 from harness.planning.forecast import device_of, workload_of
 from harness.planning.planner import Profile
 from harness.planning.profiling import measure_profile
 from harness.planning.simulator import Cluster, RuntimeOverhead, fit_runtime_overhead, predict
+from harness.run.worker import started_rank
 
 
 def null_step_times(specs: list[RunSpec], rounds: int = 5, steps: int = 6, warmup: int = 3) -> list[float]:
@@ -53,18 +51,7 @@ def null_step_times(specs: list[RunSpec], rounds: int = 5, steps: int = 6, warmu
 
 def _worker(rank: int, world: int, specs: list[RunSpec], rounds: int, steps: int, warmup: int, out: str) -> None:
     spec = specs[0]
-    if spec.device == "cpu":  # as the launcher's workers run
-        track_cpu_allocations()
-    torch.set_num_threads(threads_per_process(spec.launch.threads_per_worker, world))
-    ctx = comm_mod.init_process_group(
-        rank=rank,
-        world_size=world,
-        local_rank=rank,
-        device=spec.device,
-        backend=spec.launch.backend,
-        timeout_s=spec.launch.collective_timeout,
-    )
-    try:
+    with started_rank(spec, rank, world, rank, world) as ctx:  # as the launcher's workers start
         comm = comm_mod.Comm(ctx)
         data = load(spec.data, spec.seed)
         strategies = [s.strategy_cls(s, build_layers(s.model, s.seed), ctx, comm) for s in specs]
@@ -94,8 +81,6 @@ def _worker(rank: int, world: int, specs: list[RunSpec], rounds: int, steps: int
             ]
             with open(os.path.join(out, "times.json"), "w") as f:
                 json.dump(medians, f)
-    finally:
-        comm_mod.destroy()
 
 
 # A model with the same layers (so the same stages, actions and parameter tensors) and almost no

@@ -24,18 +24,16 @@ import threading
 import time
 import traceback
 
-import torch
 import torch.multiprocessing as tmp
 
 from harness.config.registry import strategy_modules
 from harness.config.spec import RunSpec
 from harness.core import comm as comm_mod
 from harness.core.errors import ConfigError, Interrupted
-from harness.core.host import start_workers, threads_per_process
-from harness.metrics.meter import track_cpu_allocations
+from harness.core.host import start_workers
 from harness.report import record as record_mod
 from harness.run import preemption
-from harness.run.worker import train, worker_main
+from harness.run.worker import started_rank, train, worker_main
 
 _RESULT_FILE = ".worker_result.json"
 
@@ -106,18 +104,9 @@ def _run_joined(spec: RunSpec, info: tuple[int, int, int]) -> dict:
             f"world_size={spec.world_size} with strategy={spec.strategy.name} needs {expected} process(es) "
             f"but the launcher started {world_size}; start {expected} task(s) or change world_size"
         )
-    if spec.device == "cpu":  # CPU memory is measured through the allocator's own accounting
-        track_cpu_allocations()
-    torch.set_num_threads(
-        threads_per_process(spec.launch.threads_per_worker, int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
-    )
-    ctx = comm_mod.init_process_group(
-        rank, world_size, local_rank, spec.device, spec.launch.backend, spec.launch.collective_timeout
-    )
-    try:
-        return train(spec, ctx, local_world=int(os.environ.get("LOCAL_WORLD_SIZE", 1))) or {}
-    finally:
-        comm_mod.destroy()
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+    with started_rank(spec, rank, world_size, local_rank, local_world) as ctx:
+        return train(spec, ctx, local_world=local_world) or {}
 
 
 class _Stop:
