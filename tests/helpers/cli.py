@@ -31,6 +31,34 @@ def compose_config(overrides: list[str], return_hydra_config: bool = False):
         return compose(config_name="config", overrides=overrides, return_hydra_config=return_hydra_config)
 
 
+def compose_jobs(base: list[str], jobs: list[list[str]]) -> list:
+    """``compose_config([*base, *job])`` for every job, composing once per distinct set of config
+    group choices (``strategy=``, ``+case=``, ...) and applying each job's value overrides to a copy,
+    as Hydra's compose applies them after the defaults: a sweep's jobs differ mostly in values, and
+    a compose costs about 0.1 s."""
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import OmegaConf
+
+    parser = OverridesParser.create()
+
+    def is_group(override: str) -> bool:
+        key = override.split("=", 1)[0].lstrip("+~")
+        return key.startswith("hydra") or os.path.isdir(os.path.join(CONFIG_DIR, key))
+
+    composed, out = {}, []
+    for job in jobs:
+        groups = tuple(o for o in [*base, *job] if is_group(o))
+        if groups not in composed:
+            composed[groups] = compose_config(list(groups))
+        cfg = OmegaConf.create(composed[groups])  # a copy with the same flags
+        OmegaConf.set_struct(cfg, True)
+        values = [o for o in [*base, *job] if not is_group(o)]
+        ConfigLoaderImpl._apply_overrides_to_config(parser.parse_overrides(values), cfg)
+        out.append(cfg)
+    return out
+
+
 def make_spec(*overrides: str) -> RunSpec:
     return build_spec(compose_config(list(overrides)))
 

@@ -16,8 +16,9 @@ from omegaconf.errors import ConfigKeyError, ValidationError
 from harness import commands
 from harness.config import schema
 from harness.config.registry import CONFIG_DIR, strategy_classes
+from harness.config.spec import build_spec
 from harness.core.errors import ConfigError
-from tests.helpers.cli import compose_config, make_spec
+from tests.helpers.cli import compose_config, compose_jobs, make_spec
 
 
 def test_default_composition():
@@ -118,16 +119,30 @@ def test_every_job_of_every_experiment_composes_into_a_validated_spec(experiment
     # a study on digits reads the set its command writes
     on_digits = compose_config([f"experiment={experiment}"]).data.label == "digits"
     data = [f"data.root={digits_root}"] if on_digits else []
-    for job in jobs:
-        # on this machine: the device is the only thing a GPU sweep needs that is not here
-        overrides = [f"experiment={experiment}", *job, "launch.device=cpu", *data]
+    # on this machine: the device is the only thing a GPU sweep needs that is not here
+    configs = compose_jobs([f"experiment={experiment}"], [[*job, "launch.device=cpu", *data] for job in jobs])
+    for job, cfg in zip(jobs, configs):
         refusal = EXPECTED_REFUSALS.get((experiment, *(o for o in job if o != "repeat=0")))
         if refusal:
             with pytest.raises(ConfigError, match=refusal):
-                make_spec(*overrides)
+                build_spec(cfg)
             continue
-        spec = make_spec(*overrides)
+        spec = build_spec(cfg)
         assert spec.strategy.name == spec.strategy_cls.name and spec.timed_steps >= 1
+
+
+def test_composing_a_sweep_once_per_group_choice_gives_what_compose_gives():
+    """compose_jobs (above) applies value overrides to one composition per set of group choices;
+    on jobs that vary values, groups, an added case and a nested key, it equals Hydra's compose."""
+    base = ["experiment=speedup"]
+    jobs = [
+        ["strategy=hippie", "world_size=4", "train.micro_batches=8"],
+        ["strategy=hippie", "world_size=2", "strategy.recompute=all"],
+        ["strategy=dp", "model=vit_tiny", "repeat=1"],
+        ["+case=regime/pipelining_zbv", "train.global_batch=32"],
+    ]
+    for job, fast in zip(jobs, compose_jobs(base, jobs)):
+        assert OmegaConf.to_container(fast) == OmegaConf.to_container(compose_config([*base, *job]))
 
 
 @pytest.mark.parametrize("case", _names("case"))
