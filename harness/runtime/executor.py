@@ -86,6 +86,16 @@ class StageRun:
     # the replica all-reduce's buckets, those started under backward, and for how long (GradSync.overlap)
     allreduce: dict | None = None
 
+    def step_stats(self) -> dict:
+        """Where a training iteration's time went, as a strategy's ``step_stats`` entry holds it."""
+        return {
+            "compute_s": self.compute_s,
+            "comm_s": self.comm_s,
+            "idle_s": self.idle_s,
+            "events": self.events,
+            "allreduce": self.allreduce,
+        }
+
 
 @dataclass
 class InFlight:

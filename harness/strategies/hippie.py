@@ -109,15 +109,7 @@ class HippieStrategy(Strategy):
     def train_step(self, x, y):
         self._modules("train")
         run = self.executor.run(self.train_actions, x, y, training=True, posting=self.posting)
-        self.step_stats.append(
-            {
-                "compute_s": run.compute_s,
-                "comm_s": run.comm_s,
-                "idle_s": run.idle_s,
-                "events": run.events,
-                "allreduce": run.allreduce,
-            }
-        )
+        self.step_stats.append(run.step_stats())
         return run.loss
 
     @torch.no_grad()

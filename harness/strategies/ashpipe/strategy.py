@@ -419,15 +419,7 @@ class AshPipeStrategy(Strategy):
         self.entered += 1
         self.build.module.train()
         run = self.executor.run(actions, x, y, training=True, flush=False)
-        self.step_stats.append(
-            {
-                "compute_s": run.compute_s,
-                "comm_s": run.comm_s,
-                "idle_s": run.idle_s,
-                "events": run.events,
-                "allreduce": run.allreduce,
-            }
-        )
+        self.step_stats.append(run.step_stats())
         return run.loss
 
     def finish_training(self) -> None:
