@@ -42,7 +42,7 @@ from harness.strategies.layout import (
     micro_batch_samples,
     recompute_of_stages,
     resolve_boundaries,
-    simulated_pipeline,
+    simulated_synchronous_pipeline,
     uniform_replicas,
 )
 
@@ -102,16 +102,7 @@ class PipeliningStrategy(Strategy):
 
     @classmethod
     def simulated(cls, spec, profile, cluster):
-        # DDP across pipeline replicas overlaps the all-reduce with the last backward
-        return simulated_pipeline(
-            spec,
-            profile,
-            uniform_replicas(spec),
-            spec.strategy.schedule,
-            hides_allreduce=True,
-            recompute_rule=spec.strategy.recompute,
-            stages_per_rank=spec.strategy.stages_per_rank,
-        )
+        return simulated_synchronous_pipeline(spec, profile)
 
     def __init__(self, spec, layers, ctx, comm):
         # the library (with torch._dynamo, about 2 s to import here) only where this strategy runs:

@@ -33,7 +33,7 @@ from harness.strategies.layout import (
     check_stages_per_rank,
     micro_batch_samples,
     refuse_unrunnable,
-    simulated_pipeline,
+    simulated_synchronous_pipeline,
     uniform_replicas,
 )
 from harness.strategies.pipeline import build_pipeline
@@ -92,15 +92,7 @@ class HippieStrategy(Strategy):
 
     @classmethod
     def simulated(cls, spec, profile, cluster):
-        return simulated_pipeline(
-            spec,
-            profile,
-            uniform_replicas(spec),
-            spec.strategy.schedule,
-            hides_allreduce=True,
-            recompute_rule=spec.strategy.recompute,
-            stages_per_rank=spec.strategy.stages_per_rank,
-        )
+        return simulated_synchronous_pipeline(spec, profile)
 
     def _modules(self, mode: str) -> None:
         for build in self.builds:

@@ -284,6 +284,22 @@ def pipeline_layout(
     return layout, partition
 
 
+def simulated_synchronous_pipeline(spec, profile: Profile) -> SimLayout:
+    """The simulator's layout of a synchronous pipeline with uniform replicas whose replica
+    all-reduce overlaps the last backward (Hippie's buckets, DDP across torch pipelining's
+    replicas), on the strategy's schedule, recomputation rule and stages per rank."""
+    st = spec.strategy
+    return simulated_pipeline(
+        spec,
+        profile,
+        uniform_replicas(spec),
+        st.schedule,
+        hides_allreduce=True,
+        recompute_rule=st.recompute,
+        stages_per_rank=st.stages_per_rank,
+    )
+
+
 def simulated_pipeline(
     spec,
     profile: Profile,
