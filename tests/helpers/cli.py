@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import copy
 import os
 import subprocess
 import sys
+from unittest import mock
 
 from hydra import compose, initialize_config_dir
+from hydra._internal.config_loader_impl import ConfigLoaderImpl
+from hydra._internal.config_repository import ConfigRepository
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.plugins.config_source import ConfigResult
+from omegaconf import DictConfig, OmegaConf
 
 from harness.config.registry import CONFIG_DIR
 from harness.config.schema import register_configs
@@ -25,38 +32,55 @@ TINY = [
 ]
 
 
-def compose_config(overrides: list[str], return_hydra_config: bool = False):
+_LOADED: dict[str, ConfigResult | None] = {}
+
+
+def _load_once(repository: ConfigRepository, config_path: str) -> ConfigResult | None:
+    """A config file as Hydra's repository loads it, read and parsed once in the session (a copy
+    each time: Hydra edits what it loads). About a quarter of a compose is parsing the same files."""
+    if _LOADED.get(config_path) is None:  # one not found may be registered later
+        _LOADED[config_path] = _LOAD(repository, config_path)
+    return copy.deepcopy(_LOADED[config_path])
+
+
+_LOAD = ConfigRepository.load_config
+
+
+def hydra_compose(overrides: list[str], return_hydra_config: bool = False, parse_once: bool = True):
+    """Hydra's own compose, as the commands compose (the files it reads parsed once, unless told)."""
     register_configs()
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+    with (
+        initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"),
+        mock.patch.object(ConfigRepository, "load_config", _load_once if parse_once else _LOAD),
+    ):
         return compose(config_name="config", overrides=overrides, return_hydra_config=return_hydra_config)
 
 
-def compose_jobs(base: list[str], jobs: list[list[str]]) -> list:
-    """``compose_config([*base, *job])`` for every job, composing once per distinct set of config
-    group choices (``strategy=``, ``+case=``, ...) and applying each job's value overrides to a copy,
-    as Hydra's compose applies them after the defaults: a sweep's jobs differ mostly in values, and
-    a compose costs about 0.1 s."""
-    from hydra._internal.config_loader_impl import ConfigLoaderImpl
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from omegaconf import OmegaConf
+_PARSER = OverridesParser.create()
+_COMPOSED: dict[tuple[str, ...], DictConfig] = {}
 
-    parser = OverridesParser.create()
 
-    def is_group(override: str) -> bool:
-        key = override.split("=", 1)[0].lstrip("+~")
-        return key.startswith("hydra") or os.path.isdir(os.path.join(CONFIG_DIR, key))
+def _selects_a_group(override: str) -> bool:
+    key = override.split("=", 1)[0].lstrip("+~")
+    return key.startswith("hydra") or os.path.isdir(os.path.join(CONFIG_DIR, key))
 
-    composed, out = {}, []
-    for job in jobs:
-        groups = tuple(o for o in [*base, *job] if is_group(o))
-        if groups not in composed:
-            composed[groups] = compose_config(list(groups))
-        cfg = OmegaConf.create(composed[groups])  # a copy with the same flags
-        OmegaConf.set_struct(cfg, True)
-        values = [o for o in [*base, *job] if not is_group(o)]
-        ConfigLoaderImpl._apply_overrides_to_config(parser.parse_overrides(values), cfg)
-        out.append(cfg)
-    return out
+
+def compose_config(overrides: list[str], return_hydra_config: bool = False):
+    """What :func:`hydra_compose` gives, composing once per distinct set of config group choices
+    (``strategy=``, ``+case=``, ...) in the session and applying the value overrides to a copy, as
+    Hydra's compose applies them after the defaults (the same function): the tests compose
+    hundreds of configs differing mostly in values, and a compose costs about 0.1 s.
+    ``test_config`` checks the two agree."""
+    if return_hydra_config:
+        return hydra_compose(overrides, return_hydra_config=True)
+    groups = tuple(o for o in overrides if _selects_a_group(o))
+    if groups not in _COMPOSED:
+        _COMPOSED[groups] = hydra_compose(list(groups))
+    cfg = OmegaConf.create(_COMPOSED[groups])  # a copy, with the schema's types and flags
+    OmegaConf.set_struct(cfg, True)
+    values = [o for o in overrides if not _selects_a_group(o)]
+    ConfigLoaderImpl._apply_overrides_to_config(_PARSER.parse_overrides(values), cfg)
+    return cfg
 
 
 def make_spec(*overrides: str) -> RunSpec:

@@ -18,7 +18,7 @@ from harness.config import schema
 from harness.config.registry import CONFIG_DIR, strategy_classes
 from harness.config.spec import build_spec
 from harness.core.errors import ConfigError
-from tests.helpers.cli import compose_config, compose_jobs, make_spec
+from tests.helpers.cli import compose_config, hydra_compose, make_spec
 
 
 def test_default_composition():
@@ -120,8 +120,8 @@ def test_every_job_of_every_experiment_composes_into_a_validated_spec(experiment
     on_digits = compose_config([f"experiment={experiment}"]).data.label == "digits"
     data = [f"data.root={digits_root}"] if on_digits else []
     # on this machine: the device is the only thing a GPU sweep needs that is not here
-    configs = compose_jobs([f"experiment={experiment}"], [[*job, "launch.device=cpu", *data] for job in jobs])
-    for job, cfg in zip(jobs, configs):
+    for job in jobs:
+        cfg = compose_config([f"experiment={experiment}", *job, "launch.device=cpu", *data])
         refusal = EXPECTED_REFUSALS.get((experiment, *(o for o in job if o != "repeat=0")))
         if refusal:
             with pytest.raises(ConfigError, match=refusal):
@@ -131,9 +131,10 @@ def test_every_job_of_every_experiment_composes_into_a_validated_spec(experiment
         assert spec.strategy.name == spec.strategy_cls.name and spec.timed_steps >= 1
 
 
-def test_composing_a_sweep_once_per_group_choice_gives_what_compose_gives():
-    """compose_jobs (above) applies value overrides to one composition per set of group choices;
-    on jobs that vary values, groups, an added case and a nested key, it equals Hydra's compose."""
+def test_the_tests_compose_what_hydra_composes():
+    """The tests' compose_config applies value overrides to one composition per set of group
+    choices, from files parsed once; on jobs that vary values, groups, an added case and a nested
+    key it equals Hydra's compose, and it refuses a wrong type and a misspelt key as Hydra does."""
     base = ["experiment=speedup"]
     jobs = [
         ["strategy=hippie", "world_size=4", "train.micro_batches=8"],
@@ -141,8 +142,15 @@ def test_composing_a_sweep_once_per_group_choice_gives_what_compose_gives():
         ["strategy=dp", "model=vit_tiny", "repeat=1"],
         ["+case=regime/pipelining_zbv", "train.global_batch=32"],
     ]
-    for job, fast in zip(jobs, compose_jobs(base, jobs)):
-        assert OmegaConf.to_container(fast) == OmegaConf.to_container(compose_config([*base, *job]))
+    for job in jobs:
+        fast = compose_config([*base, *job])
+        hydra = hydra_compose([*base, *job], parse_once=False)
+        assert OmegaConf.to_container(fast) == OmegaConf.to_container(hydra)
+    for bad in ("train.steps=many", "world_size=two", "train.stepz=3"):
+        with pytest.raises(Exception) as by_hydra:
+            hydra_compose([*base, "strategy=hippie", bad], parse_once=False)
+        with pytest.raises(type(by_hydra.value)):
+            compose_config([*base, "strategy=hippie", bad])
 
 
 @pytest.mark.parametrize("case", _names("case"))
