@@ -173,7 +173,7 @@ LAUNCH = {
         "launch.fault=slow",
         "launch.fault_rank=0",
         "launch.fault_step=0",
-        "launch.fault_sleep_s=0.4",
+        "launch.fault_sleep_s=0.7",
         "launch.fault_starts=1",
     ],
 }
@@ -187,11 +187,11 @@ def test_jobs_requeued_by_scontrol_and_by_their_time_limit_resume_to_the_same_lo
     within the delay plus 30 s of its limit, here between 20 and 50 s after the start, with at
     least 10 s left to stop. The warning stops the run at the end of a step with a checkpoint,
     submitit requeues the job, and the next start ends where an uninterrupted run ends. The time
-    limit is wall clock: rank 0 is a straggler in the first start (``launch.fault=slow``, 0.4 s a
+    limit is wall clock: rank 0 is a straggler in the first start (``launch.fault=slow``, 0.7 s a
     step, which changes no number), so that start outlasts its warning whatever the machine's
     speed, and the next one runs at full speed (a start that meets its limit again stops again).
     The uninterrupted references, without the straggler, run once Hippie's job is requeued."""
-    settings = [*TINY, "world_size=2", "launch.device=cpu", "train.steps=200", "train.checkpoint_every=10"]
+    settings = [*TINY, "world_size=2", "launch.device=cpu", "train.steps=100", "train.checkpoint_every=10"]
     sweeps = {s: os.path.join(workdir, s) for s in RESUMABLE}
 
     def start(strategy: str, *args: str) -> subprocess.Popen:
@@ -240,13 +240,13 @@ def test_jobs_requeued_by_scontrol_and_by_their_time_limit_resume_to_the_same_lo
     assert not os.path.exists(os.path.join(sweeps["hippie"], "0_hippie_w2", "preempted.json"))
     # AshPipe: stopped by its time limit's warning, once per start that met it
     warned = json.load(open(os.path.join(sweeps["ashpipe"], "0_ashpipe_w2", "preempted.json")))
-    assert warned["signal"] == "SIGUSR2" and 0 < warned["step"] < 200, warned
+    assert warned["signal"] == "SIGUSR2" and 0 < warned["step"] < 100, warned
     logs = "".join(open(p).read() for p in glob.glob(os.path.join(sweeps["ashpipe"], ".submitit", "*", "*_0_log.err")))
     assert "this job is timed-out" in logs  # submitit's handler judged it a time limit, not a preemption
     assert recs["ashpipe"]["status"] == "ok" and recs["ashpipe"]["resumed"] == warned["stops"], recs["ashpipe"]
     assert recs["ashpipe"]["resumed_from_step"] == warned["step"]
     for s, rec in recs.items():
-        assert [step for step, _ in rec["loss_curve"]] == list(range(200))  # every start's steps, in one record
+        assert [step for step, _ in rec["loss_curve"]] == list(range(100))  # every start's steps, in one record
         assert not glob.glob(os.path.join(sweeps[s], f"0_{s}_w2", ".stop"))
         reference = read(os.path.join(workdir, f"straight_{s}", "metrics.json"))
         assert rec["final_loss"] == pytest.approx(reference["final_loss"], abs=1e-6), s
