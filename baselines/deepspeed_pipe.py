@@ -149,6 +149,11 @@ class DeepSpeedPipeStrategy(Strategy):
 
         logging.getLogger("DeepSpeed").setLevel(logging.WARNING)
         deepspeed.utils.logger.setLevel(logging.WARNING)
+        if ctx.device.type == "cpu":
+            # on CPU, DeepSpeed's start compiles its shared-memory all-reduce (a C++ extension:
+            # one to two minutes on 2 cores, on every fresh machine) for inference_all_reduce,
+            # which pipeline training never calls: marked unavailable, it falls back to gloo's
+            deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
         deepspeed.init_distributed(dist_backend=ctx.backend, auto_mpi_discovery=False, timeout=ctx.timeout)
 
         replicas = uniform_replicas(spec)
