@@ -50,7 +50,9 @@ class SweepTableCallback(Callback):
         if df.empty:
             print(f"no records under {sweep_dir}", file=sys.stderr)
             return
-        table, written = write_outputs([sweep_dir], sweep_dir, machine=True)
+        table, written, broken = write_outputs([sweep_dir], sweep_dir, machine=True)
+        for line in broken:
+            print(f"not drawn: {line}", file=sys.stderr)
         figures = [p for p in written if os.sep + "figures" + os.sep in p]
         logger = config.get("logger", {})
         outputs = [

@@ -22,8 +22,10 @@ import os
 import sys
 
 from harness.report import against, columns
+from harness.report.figure_data import FigureContractError
 from harness.report.figures import all_figures
 from harness.report.record import RECORD_FILE
+from harness.report.reproduce import differences
 from harness.report.statistics import retargeted
 from harness.report.tables import FORMATS, load_raw, render, to_frame, write_outputs
 
@@ -65,6 +67,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "when matching configurations",
     )
     parser.add_argument(
+        "--check",
+        action="store_true",
+        help="for each SOURCE study (a folder with results.md): regenerate its tables and figures from "
+        "its records with this code and fail on any difference (figures compared through the data "
+        "they draw), on a record holding an impossible figure, or on runs from an uncommitted tree "
+        "or several commits",
+    )
+    parser.add_argument(
         "--target",
         type=float,
         metavar="ACCURACY",
@@ -94,6 +104,8 @@ def main(args: argparse.Namespace) -> int:
     if missing:
         print(f"error: {missing[0]}: no such file or folder", file=sys.stderr)
         return 2
+    if args.check:
+        return _check(args.sources)
     sides = [args.sources] + ([args.against] if args.against is not None else [])
     loaded = []
     for sources in sides:
@@ -110,15 +122,37 @@ def main(args: argparse.Namespace) -> int:
         return _against(args, *loaded)
     records = loaded[0]
     if args.out:
-        _, written = write_outputs(records, args.out, args.columns)
+        _, written, broken = write_outputs(records, args.out, args.columns)
         print(f"{len(written)} file(s) written to {args.out}", file=sys.stderr)
-        return 0
+        for line in broken:
+            print(f"pipebench results: not drawn: {line}", file=sys.stderr)
+        return 1 if broken else 0
     name = os.path.basename(os.path.normpath(args.sources[0]))
     print(render(to_frame(records), args.format, args.columns, name))
     if args.figures:
-        paths = all_figures(records, args.figures)
+        try:
+            paths = all_figures(records, args.figures)
+        except FigureContractError as e:
+            print(f"pipebench results: not drawn: {e}", file=sys.stderr)
+            return 1
         print(f"{len(paths)} figure file(s) written to {args.figures}", file=sys.stderr)
     return 0
+
+
+def _check(studies: list[str]) -> int:
+    """``--check``: each study against what this code makes from its records (harness.report.reproduce)."""
+    not_studies = [s for s in studies if not os.path.isfile(os.path.join(s, "results.md"))]
+    if not_studies:
+        print(f"error: {not_studies[0]}: not a study (no results.md); --check takes study folders", file=sys.stderr)
+        return 2
+    failed = 0
+    for study in studies:
+        found = differences(study)
+        print(f"{study}: " + ("reproduced" if not found else f"{len(found)} difference(s)"))
+        for line in found:
+            print(f"  {line}")
+        failed += bool(found)
+    return 1 if failed else 0
 
 
 def _against(args: argparse.Namespace, a: list[dict], b: list[dict]) -> int:

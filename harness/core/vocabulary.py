@@ -1,5 +1,6 @@
 """The names the measurement and the report share, declared once: the parts of a step's idle time,
-the parts of a rank's peak memory, and the strategy every comparison is against.
+the parts of a rank's peak memory, the strategy every comparison is against, and how a schedule's
+action is labelled.
 
 The meter and the idle breakdown (:mod:`harness.metrics`) write these keys into a record; the
 schema, the table columns, the figures and the traces (:mod:`harness.report`) read them from here,
@@ -9,6 +10,7 @@ where another module lists them again.
 
 from __future__ import annotations
 
+import re
 from typing import NamedTuple
 
 
@@ -57,3 +59,11 @@ def memory_field(part: str) -> str:
 def idle_field(part: str) -> str:
     """An idle part's field in the comparison frame, and its table column's key: ``idle_host``."""
     return f"idle_{part}"
+
+
+# a schedule action's label as the runtime records it (harness.runtime.actions.Action) and a
+# profiled step's spans: [stage]OP[micro-batch][*], e.g. F3, 1B0*, 2SEND_F1, STEP; the stage only
+# on a rank that drives several, * on a backward that launches the gradient all-reduce, GPU a
+# device's kernels. The timelines and the traces read every label through it.
+ACTION_OPS = ("RECV_F", "RECV_B", "SEND_F", "SEND_B", "STEP", "GPU", "F", "B", "I", "W")
+ACTION_LABEL = re.compile(rf"^(\d*)({'|'.join(ACTION_OPS)})(\d*)(\*?)$")

@@ -6,7 +6,8 @@ layout and loss shares), rank 0's :class:`~harness.metrics.measured.RunAccount` 
 (evaluations, times) and the strategy's :class:`~harness.metrics.measured.StrategyFacts` (its
 cut, its schedule on paper). :func:`job_figures` turns them into the record's figures, the same
 way for every strategy: throughput from the slowest rank's median step, the peak memory over
-ranks, the bubble measured, on paper and replayed, FLOPs with MFU and HFU, the host's use. A new
+ranks, the bubble measured, on paper and replayed, FLOPs with MFU and HFU, the host's use, and
+the figures no measurement can produce (:mod:`harness.report.checks`). A new
 figure is one more entry here and one column (:mod:`harness.report.columns`); docs: extending/metric.
 """
 
@@ -18,6 +19,7 @@ from harness.metrics import idle
 from harness.metrics.flops import layer_flops, utilisation
 from harness.metrics.measured import RankMeasurement, RunAccount, StrategyFacts
 from harness.metrics.meter import job_idle_fractions, step_time_summary
+from harness.report.checks import impossible
 from harness.report.record import diverged_at
 from harness.runtime.schedules import replayed_timeline, timeline_bubble
 
@@ -70,6 +72,7 @@ def job_figures(spec, facts: StrategyFacts, gathered: list[RankMeasurement], run
     }
     # after the bubbles, which take the operator intervals out of the measured idle time
     figures["per_rank"] = [r.record() for r in gathered]
+    figures["figure_errors"] = impossible({**figures, "global_batch": t.global_batch})
     return figures
 
 

@@ -170,12 +170,22 @@ class StepMeter:
             sizes[key] = sum(found.values())
             taken |= set(found)
         if self.device.type == "cpu":
-            sizes["host_excluded"] = tensor_bytes(host_tensors(), skip=taken)
+            counted = (t for t in host_tensors() if _allocated_by_torch(t))
+            sizes["host_excluded"] = tensor_bytes(counted, skip=taken)
             peak, start = peak - sizes["host_excluded"], start - sizes["host_excluded"]
         self.peak_bytes = peak
         sizes["at_step_start"] = start
         sizes[OTHER_MEMORY] = peak - sum(sizes[k] for k in MEASURED_MEMORY_PARTS)
         self.breakdown = sizes
+
+
+def _allocated_by_torch(tensor: torch.Tensor) -> bool:
+    """Whether the CPU allocator's running total (the profile's) counts the tensor's storage: not
+    one in shared memory (a data set the command hands its workers) or on memory torch did not
+    allocate (numpy's): leaving those out of the total they were never in made the start of a
+    step negative."""
+    storage = tensor.untyped_storage()
+    return storage.resizable() and not storage.is_shared()
 
 
 def _start_and_peak_total(prof, device_type: str) -> tuple[int, int]:

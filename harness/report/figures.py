@@ -20,16 +20,20 @@ from __future__ import annotations
 import logging
 import os
 import re
+import textwrap
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
 import matplotlib
+import numpy as np
 import pandas as pd
 
-from harness.core.vocabulary import MEMORY_NAMES, MEMORY_PARTS, REFERENCE_STRATEGY
+from harness.core.vocabulary import ACTION_LABEL, MEMORY_NAMES, MEMORY_PARTS, REFERENCE_STRATEGY
+from harness.report import figure_data
 from harness.report.record import config_name, diverged_at, natural_key, variant_text
-from harness.report.statistics import interval
+from harness.report.statistics import interval, intervals
 from harness.report.traces import run_name, write_trace
 
 matplotlib.use("Agg")
@@ -67,7 +71,7 @@ _STRATEGY_COLORS = {
     "gpipe": "#E69F00",
 }
 _SPARE_COLORS = ["#56B4E9", "#F0E442", "#999999", "#8C564B"]
-_MARKERS = ["o", "s", "^", "D", "v", "P", "X", "<", ">", "*", "h"]
+_MARKERS = ["o", "s", "^", "D", "v", "P", "X", "<", ">", "*", "h", "p", "d", "8", "H", "1", "2", "3", "4"]
 _HATCHES = ["", "////", "\\\\\\\\", "xxx", "...", "---", "+++", "ooo", "|||", "**", "OO"]
 _WORKER_LINES = ["-", "--", ":", "-."]
 
@@ -83,6 +87,15 @@ def config_label(record: dict, workers: bool = True) -> str:
     return f"{name}, w={config_key(record)[2]}" if workers else name
 
 
+def scope(records: list[dict]) -> str:
+    """What every figure's title starts with: the model and data of its runs, and the cluster of
+    simulated ones ('vit_base on synthetic, simulated dgx_nvlink')."""
+    models = ", ".join(sorted({str(r.get("model")) for r in records}))
+    data = ", ".join(sorted({str(r.get("data")) for r in records}))
+    clusters = ", ".join(sorted({str(r["cluster"]) for r in records if r.get("simulated") and r.get("cluster")}))
+    return f"{models} on {data}" + (f", simulated {clusters}" if clusters else "")
+
+
 class Styles:
     """Colour per strategy, marker and hatch per variant, line style per worker count: built from
     all the records a sweep's figures draw, so that each figure agrees with the others."""
@@ -93,6 +106,12 @@ class Styles:
         self.colors = {s: _STRATEGY_COLORS.get(s) or next(spare) for s in strategies}
         variants = sorted({config_key(r)[1] for r in records} - {""}, key=natural_key)
         self.variant_index = {"": 0, **{v: i + 1 for i, v in enumerate(variants)}}
+        # markers numbered within each strategy: its colour tells strategies apart, so its
+        # variants need distinct markers only among themselves (11 before one repeats)
+        self.marker_index: dict[tuple[str, str], int] = {}
+        for strategy in strategies:
+            own = sorted({config_key(r)[1] for r in records if config_key(r)[0] == strategy}, key=natural_key)
+            self.marker_index.update({(strategy, v): i for i, v in enumerate(own)})
         # one strategy alone (a learning-rate sweep): its variants take the colours instead
         palette = [*_STRATEGY_COLORS.values(), *_SPARE_COLORS]
         self.by_variant = len(strategies) == 1 and len(self.variant_index) > 1
@@ -105,7 +124,9 @@ class Styles:
         return self.variant_colors[variant] if self.by_variant else self.colors[strategy]
 
     def marker(self, record: dict) -> str:
-        return _MARKERS[self.variant_index[config_key(record)[1]] % len(_MARKERS)]
+        strategy, variant, _ = config_key(record)
+        index = self.variant_index[variant] if self.by_variant else self.marker_index[(strategy, variant)]
+        return _MARKERS[index % len(_MARKERS)]
 
     def hatch(self, record: dict) -> str:
         return _HATCHES[self.variant_index[config_key(record)[1]] % len(_HATCHES)]
@@ -120,15 +141,46 @@ def paper_style() -> Iterator[None]:
         yield
 
 
+# False: save() writes what each figure draws (its .json) but no PDF or PNG, for a check that
+# compares figures through their data (harness.report.reproduce) in a fraction of the time
+IMAGES: ContextVar[bool] = ContextVar("images", default=True)
+
+
+def _fit_page(fig) -> None:
+    """Titles wrapped to their axes' width, and a figure whose tick labels stick out past a
+    page's width, as saved, narrowed until it fits: the axes give way, the text keeps its size."""
+    for _ in range(8):  # the box narrows less than the figure (what sticks out stays): a few rounds
+        for ax in fig.axes:  # a title starts at its axes' left edge: wrapped to the axes' width
+            width_pt = ax.get_position().width * fig.get_figwidth() * 72
+            for title in (ax.title, ax._left_title):
+                chars = max(20, int(width_pt / (0.6 * title.get_fontsize())))  # about 0.6 em a character
+                title.set_text(textwrap.fill(title.get_text().replace("\n", " "), chars))
+        box = fig.get_tightbbox(fig.canvas.get_renderer())
+        excess = box.width + 2 * figure_data.PAD_IN - figure_data.MAX_WIDTH_IN
+        width = fig.get_figwidth() - excess - 0.05
+        if excess <= 0 or width < 2.0:  # fits; or what sticks out is no axis (a wide legend): refused
+            return
+        fig.set_figwidth(width)
+
+
 def save(fig, out_dir: str, name: str) -> list[str]:
+    """The figure as PDF and PNG, with what it draws beside them (``name.json``), once it meets
+    the contract (:mod:`harness.report.figure_data`; a figure that breaks it is not written)."""
+    _fit_page(fig)
+    data = figure_data.figure_data(fig, name)
+    try:
+        figure_data.check(data)
+    except figure_data.FigureContractError:
+        plt.close(fig)
+        raise
     os.makedirs(out_dir, exist_ok=True)
     paths = []
-    for ext in ("pdf", "png"):
+    for ext in ("pdf", "png") if IMAGES.get() else ():
         path = os.path.join(out_dir, f"{name}.{ext}")
         fig.savefig(path, bbox_inches="tight", dpi=200)
         paths.append(path)
     plt.close(fig)
-    return paths
+    return [*paths, figure_data.write(data, out_dir)]
 
 
 def _ok(records: list[dict], *fields: str) -> list[dict]:
@@ -166,16 +218,21 @@ def _legend_below(fig, ax, handles=None, labels=None, ncol: int = 2) -> None:
         return
     renderer = fig.canvas.get_renderer()
     bottom = min(a.get_tightbbox(renderer).y0 for a in fig.axes) / fig.bbox.height
-    fig.legend(
-        handles,
-        labels,
-        loc="upper center",
-        bbox_to_anchor=(0.5, bottom - 0.01),
-        ncol=ncol,
-        frameon=False,
-        handlelength=2.2,
-        columnspacing=1.0,
-    )
+    for columns in range(ncol, 0, -1):  # as many columns as asked, fewer where they overflow the page
+        legend = fig.legend(
+            handles,
+            labels,
+            loc="upper center",
+            bbox_to_anchor=(0.5, bottom - 0.01),
+            ncol=columns,
+            frameon=False,
+            handlelength=2.2,
+            columnspacing=1.0,
+        )
+        if columns == 1 or legend.get_window_extent(renderer).width / fig.dpi <= figure_data.MAX_WIDTH_IN - 0.3:
+            break
+        legend.remove()
+    legend.source_handles = list(handles)  # what each entry stands for (harness.report.figure_data)
 
 
 def throughput_vs_workers(records: list[dict], out_dir: str) -> list[str]:
@@ -223,6 +280,7 @@ def throughput_vs_workers(records: list[dict], out_dir: str) -> list[str]:
         ax.minorticks_off()
         ax.set_xlabel("workers")
         ax.set_ylabel("samples/s")
+        ax.set_title(scope(ok), loc="left")
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
         handles, labels = ax.get_legend_handles_labels()
@@ -278,11 +336,13 @@ def memory_per_rank(records: list[dict], out_dir: str) -> list[str]:
                 for color, key in zip(_PART_COLORS, MEMORY_PARTS):
                     ax.barh(y, split[key], bar * 0.9, left=left, color=color, lw=0)
                     left += split[key]
-        ax.set_yticks(range(len(configs)), [config_label(r) for r in configs])
+        # a long configuration's name on two lines or more: the bars keep the page's width
+        ax.set_yticks(range(len(configs)), [textwrap.fill(config_label(r), 48) for r in configs])
         for tick, r in zip(ax.get_yticklabels(), configs):
             tick.set_color(styles.color(r))
         ax.invert_yaxis()
         ax.set_xlabel("peak memory per rank (MiB); one bar per rank, rank 0 on top")
+        ax.set_title(scope(configs), loc="left")
         ax.grid(axis="x", alpha=0.3)
         handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in _PART_COLORS]
         labels = [MEMORY_NAMES[k] for k in MEMORY_PARTS]
@@ -297,12 +357,9 @@ def _mean_curve(curves: list[list[tuple[float, float]]]) -> tuple[list, list, li
     """Steps every run evaluated, the mean there, and the half-width of its 95% interval (0 for one run)."""
     common = sorted(set.intersection(*(set(x for x, _ in c) for c in curves)))
     at = [dict(c) for c in curves]
-    means, halves = [], []
-    for x in common:
-        mean, half = _mean_and_half([a[x] for a in at])
-        means.append(mean)
-        halves.append(half)
-    return common, means, halves
+    values = np.array([[np.nan if a[x] is None else a[x] for a in at] for x in common], dtype=float)
+    means, halves = intervals(values.reshape(len(common), len(at)))
+    return common, list(means), list(np.nan_to_num(halves))
 
 
 def _smoothed(values: list[float], window: int) -> list[float]:
@@ -382,8 +439,7 @@ def _curves_of(records: list[dict], styles: Styles, out_dir: str, name: str) -> 
         for ax in (ax_loss, ax_acc):
             ax.set_xlabel("step")
             ax.grid(alpha=0.3)
-        first = records[0]
-        ax_loss.set_title(f"{first.get('model')} on {first.get('data')}", loc="left")
+        ax_loss.set_title(scope(records), loc="left")
         longest = max(len(label) for label in ax_loss.get_legend_handles_labels()[1])
         _legend_below(fig, ax_loss, ncol=3 if longest <= 36 else 2)  # within the page's width at 8 pt
         return save(fig, out_dir, name)
@@ -441,6 +497,7 @@ def sensitivity(records: list[dict], out_dir: str) -> list[str]:
             ax.minorticks_off()
             ax.set_xlabel(name)
             ax.set_ylabel("final test top-1 (%)")
+            ax.set_title(scope(ok), loc="left")
             ax.set_ylim(bottom=0)
             ax.grid(alpha=0.3)
             _legend_below(fig, ax, ncol=1)
@@ -460,56 +517,57 @@ def _pareto(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
 
 def schedules(records: list[dict], out_dir: str) -> list[str]:
     """Samples/s against peak memory per rank, one point per pipeline configuration (more than one
-    stage; mean of repeats), with the Pareto front of the comparable ones at each worker count."""
+    stage; mean of repeats), with the Pareto front of the comparable ones: one panel per worker
+    count, so that no two points of a panel share a look."""
     ok = [r for r in _ok(records, "throughput", "peak_memory_bytes") if len(r.get("replicas") or []) > 1]
     groups = _by_config(ok)
     if len(groups) < 2:
         return []
     styles = Styles(records)
+    workers = sorted({w for _, _, w in groups})
     with paper_style():
-        fig, ax = plt.subplots(figsize=(COLUMN_IN, 2.6))
-        comparable: dict[int, list[tuple[float, float]]] = {}
-        for (_, _, w), runs in groups.items():
-            first = runs[0]
-            speed, half = _mean_and_half([r["throughput"] for r in runs])
-            memory = sum(r["peak_memory_bytes"] for r in runs) / len(runs) / 2**20
-            fair = _comparable(runs)
-            ax.errorbar(
-                memory,
-                speed,
-                yerr=half,
-                color=styles.color(first),
-                marker=styles.marker(first),
-                ms=5,
-                capsize=2,
-                linestyle="none",
-                markerfacecolor=None if fair else "white",
-                label=config_label(first),
-            )
-            if fair:
-                comparable.setdefault(w, []).append((memory, speed))
-        for w, points in sorted(comparable.items()):
-            front = _pareto(points)
-            if len(front) > 1:
-                ax.step(
-                    *zip(*front),
-                    where="post",
-                    color="grey",
-                    lw=0.8,
-                    linestyle="--",
-                    zorder=0,
-                    label=f"Pareto front, w={w}" if len(comparable) > 1 else "Pareto front",
+        fig, axes = plt.subplots(
+            1, len(workers), figsize=(COLUMN_IN if len(workers) == 1 else PAGE_IN, 2.6), sharey=True, squeeze=False
+        )
+        legend: dict[str, object] = {}
+        for ax, w in zip(axes[0], workers):
+            comparable = []
+            for (_, _, size), runs in groups.items():
+                if size != w:
+                    continue
+                first = runs[0]
+                speed, half = _mean_and_half([r["throughput"] for r in runs])
+                memory = sum(r["peak_memory_bytes"] for r in runs) / len(runs) / 2**20
+                fair = _comparable(runs)
+                drawn = ax.errorbar(
+                    memory,
+                    speed,
+                    yerr=half,
+                    color=styles.color(first),
+                    marker=styles.marker(first),
+                    ms=5,
+                    capsize=2,
+                    linestyle="none",
+                    markerfacecolor=None if fair else "white",
                 )
-        ax.set_xlabel("peak memory per rank (MiB)")
-        ax.set_ylabel("samples/s")
-        ax.grid(alpha=0.3)
-        handles, labels = ax.get_legend_handles_labels()
-        ordered = sorted(zip(handles, labels), key=lambda hl: hl[1].startswith("Pareto"))  # the front last
-        handles, labels = [h for h, _ in ordered], [label for _, label in ordered]
+                legend.setdefault(config_label(first, workers=False), drawn)
+                if fair:
+                    comparable.append((memory, speed))
+            front = _pareto(comparable)
+            if len(front) > 1:
+                (line,) = ax.step(*zip(*front), where="post", color="grey", lw=0.8, linestyle="--", zorder=0)
+                legend.setdefault("Pareto front", line)
+            ax.set_xlabel("peak memory per rank (MiB)")
+            ax.set_title(f"{w} workers", loc="right")
+            ax.grid(alpha=0.3)
+        axes[0][0].set_ylabel("samples/s")
+        axes[0][0].set_title(scope(ok), loc="left")
+        labels = sorted(legend, key=lambda label: label == "Pareto front")  # the front last
+        handles = [legend[label] for label in labels]
         if not all(_comparable(runs) for runs in groups.values()):
             handles.append(plt.Line2D([], [], color="grey", marker="o", markerfacecolor="white", linestyle="none"))
             labels.append("hollow: speed not comparable (not on the front)")
-        _legend_below(fig, ax, handles, labels, ncol=1)
+        _legend_below(fig, axes[0][0], handles, labels, ncol=1 if len(workers) == 1 else 2)
         return save(fig, out_dir, "schedules")
 
 
@@ -528,10 +586,12 @@ _KINDS = {
 
 
 def _kind(label: str) -> str:
-    for prefix in ("RECV", "SEND", "STEP", "GPU", "F", "B", "I", "W"):
-        if label.startswith(prefix):
-            return prefix
-    return "STEP"
+    """The colour key of an action's label (``F3``, ``2SEND_F1``, ``1B0*``): a label that is no
+    action is refused, never drawn as some other kind."""
+    found = ACTION_LABEL.match(label)
+    if not found:
+        raise ValueError(f"a timeline span is labelled {label!r}, which names no schedule action")
+    return found.group(2).split("_")[0]  # RECV_F, RECV_B: receive
 
 
 def _stages(layout: dict) -> str:
@@ -561,7 +621,8 @@ def timeline(record: dict, out_dir: str, name: str | None = None, key: str = "ev
         return []
     what = "our runtime's actions, last timed step" if key == "events" else "profiled step, blank: idle"
     prefix = "timeline" if key == "events" else "timeline_profiled"
-    return _gantt(rows, f"{config_label(record)}: {what}", out_dir, name or f"{prefix}_{run_name(record)}")
+    title = f"{scope([record])}, {config_label(record)}: {what}"
+    return _gantt(rows, title, out_dir, name or f"{prefix}_{run_name(record)}")
 
 
 def _from_origin(rows: list[tuple[str, list]]) -> list[tuple[str, list]]:
@@ -623,7 +684,7 @@ def schedule_timelines(records: list[dict], out_dir: str) -> list[str]:
             )
             groups.setdefault(key, []).append(r)
     paths = []
-    for (model, world, schedule, v, recompute), runs in groups.items():
+    for (_model, world, schedule, v, recompute), runs in groups.items():
         if len({r["strategy"] for r in runs}) < 2:
             continue
         runs = sorted(runs, key=lambda r: (r["strategy"] != "hippie", r["strategy"]))
@@ -633,7 +694,7 @@ def schedule_timelines(records: list[dict], out_dir: str) -> list[str]:
             for label, spans in _from_origin(timeline_rows(r, "profiled_spans"))
         ]
         recomputed = recompute not in ("none", "None")
-        title = f"{schedule} (v={v}{f', recompute={recompute}' if recomputed else ''}), {model}, {world} workers"
+        title = f"{scope(runs)}, {schedule} (v={v}{f', recompute={recompute}' if recomputed else ''}), {world} workers"
         paths += _gantt(
             rows,
             f"{title}: profiled step of each runtime, blank: idle",
@@ -704,4 +765,14 @@ FIGURES: list[Figure] = [
 
 
 def all_figures(records: list[dict], out_dir: str) -> list[str]:
-    return [path for figure in FIGURES for path in figure.draw(records, out_dir)]
+    """Every figure of :data:`FIGURES` that the records allow; one that breaks the contract stops
+    only itself, and is named in one error once the others are written."""
+    paths, broken = [], []
+    for figure in FIGURES:
+        try:
+            paths += figure.draw(records, out_dir)
+        except figure_data.FigureContractError as e:
+            broken.append(str(e))
+    if broken:
+        raise figure_data.FigureContractError("; ".join(broken))
+    return paths

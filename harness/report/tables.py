@@ -36,8 +36,10 @@ import pandas as pd
 
 from harness.core.vocabulary import MEMORY_PARTS, REFERENCE_STRATEGY, idle_field, memory_field
 from harness.report import columns
+from harness.report.checks import impossible
 from harness.report.columns import Column
 from harness.report.environment import environment
+from harness.report.figure_data import FigureContractError
 from harness.report.figures import all_figures
 from harness.report.paired import against_reference
 from harness.report.paired import to_markdown as paired_markdown
@@ -75,6 +77,7 @@ def _fields() -> list[str]:
             "configuration",
             "swept",
             "diverged_at_step",
+            "figure_errors",
             *GROUP_KEYS,
         }
     )
@@ -195,6 +198,8 @@ def to_frame(records: list[dict]) -> pd.DataFrame:
             "configuration": configuration_id(r),
             "steps_to_target": steps_to_target(r),
             "diverged_at_step": diverged_at(r.get("loss_curve")),
+            # checked again here: a record edited or written before the checks existed is caught
+            "figure_errors": "; ".join(impossible(r)),
         }
         for r in records
     ]
@@ -237,6 +242,11 @@ def comparison(df: pd.DataFrame) -> pd.DataFrame:
     diverged = ok & df["diverged_at_step"].notna()
     df.loc[diverged, "note"] = [
         f"diverged: training loss not finite from step {s:.0f}" for s in df.loc[diverged, "diverged_at_step"]
+    ]
+    unsound = ok & (df["figure_errors"].fillna("") != "")
+    df.loc[unsound, "note"] = [
+        "; ".join(filter(None, [n, f"impossible figures: {e}"]))
+        for n, e in zip(df.loc[unsound, "note"], df.loc[unsound, "figure_errors"])
     ]
     failed = df["status"] != "ok"
     df.loc[failed, "note"] = ("failed: " + df.loc[failed, "error"].fillna("no error recorded")).to_numpy()
@@ -317,6 +327,8 @@ def build(df: pd.DataFrame, choice: str = columns.DEFAULT_SET) -> Table:
     runs = pd.DataFrame({c.key: c.values(cmp) for c in columns.COLUMNS}, index=cmp.index)
     runs["configuration"] = cmp["configuration"]
     runs["_comparable"] = (cmp["speed_comparable"] != False).to_numpy()  # noqa: E712
+    # a run that diverged or holds an impossible figure is never a column's best
+    runs["_sound"] = (cmp["diverged_at_step"].isna() & (cmp["figure_errors"].fillna("") == "")).to_numpy()
     runs["_group"] = [json.dumps(g, default=str) for g in zip(cmp["block"], *(cmp[k] for k in GROUP_KEYS))]
     repeated = bool(runs["configuration"].duplicated().any())
     rows = _aggregated(runs) if repeated else runs.reset_index(drop=True)
@@ -348,6 +360,7 @@ def _aggregated(runs: pd.DataFrame) -> pd.DataFrame:
     for _, group in runs.groupby("configuration", sort=False):
         row = {c.key: group[c.key].iloc[0] for c in columns.COLUMNS if c.config}
         row.update({k: group[k].iloc[0] for k in ("_comparable", "_group", "configuration")})
+        row["_sound"] = bool(group["_sound"].all())
         ok = group[group["status"] == "ok"]
         row["status"] = "ok" if len(ok) == len(group) else "failed"
         row["seed"] = ",".join(sorted({str(s) for s in group["seed"].dropna()}, key=lambda s: (len(s), s)))
@@ -368,7 +381,7 @@ def _aggregated(runs: pd.DataFrame) -> pd.DataFrame:
 
 def _best(table: Table) -> set[tuple[int, str]]:
     """Per group, the cells of a column with a better direction holding its unique best value,
-    among the successful runs (and, for speed figures, the runs whose speed is comparable); with
+    among the successful runs that neither diverged nor hold an impossible figure (and, for speed figures, the runs whose speed is comparable); with
     repeats, only where its 95% interval does not overlap the runner-up's (a best that the
     noise could reverse is not set apart)."""
     bold = set()
@@ -377,7 +390,7 @@ def _best(table: Table) -> set[tuple[int, str]]:
         if not c.better:
             continue
         values = pd.to_numeric(rows[c.key], errors="coerce")
-        eligible = (rows["status"] == "ok") & values.notna() & (rows["_comparable"] | (not c.speed))
+        eligible = (rows["status"] == "ok") & rows["_sound"] & values.notna() & (rows["_comparable"] | (not c.speed))
         for _, idx in rows[eligible].groupby("_group").groups.items():
             group = values.loc[idx]
             if len(group) < 2:
@@ -534,10 +547,11 @@ def write_outputs(
     choice: str = columns.DEFAULT_SET,
     machine: bool = False,
     figures: bool = True,
-) -> tuple[str, list[str]]:
+) -> tuple[str, list[str], list[str]]:
     """Tables (md, csv, tex) and figures for ``sources`` (or records already read) into ``out_dir``
-    (and, at a sweep's end, this machine's description); returns the Markdown table and the files
-    written. The LaTeX label is the folder's name."""
+    (and, at a sweep's end, this machine's description); returns the Markdown table, the files
+    written and the figures not drawn for breaking the contract (why, in one line each). The
+    LaTeX label is the folder's name."""
     records = mark_swept(sources) if sources and isinstance(sources[0], dict) else load_raw(sources)
     df = to_frame(records)
     os.makedirs(out_dir, exist_ok=True)
@@ -561,6 +575,10 @@ def write_outputs(
     if machine:
         with open(os.path.join(out_dir, "machine.json"), "w") as f:
             json.dump(environment(), f, indent=1)
+    broken = []
     if figures:
-        written += all_figures(records, os.path.join(out_dir, "figures"))
-    return tables["md"], written
+        try:
+            written += all_figures(records, os.path.join(out_dir, "figures"))
+        except FigureContractError as e:  # the tables and every other figure are written
+            broken.append(str(e))
+    return tables["md"], written, broken

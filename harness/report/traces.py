@@ -22,10 +22,9 @@ import json
 import os
 import re
 
-from harness.core.vocabulary import IDLE_NAMES
+from harness.core.vocabulary import ACTION_LABEL, IDLE_NAMES
 from harness.report.record import variant_text
 
-_ACTION = re.compile(r"^(\d*)(RECV_F|RECV_B|SEND_F|SEND_B|STEP|GPU|F|B|I|W)(\d*)(\*?)$")
 _NAMES = {
     "F": "forward",
     "B": "backward",
@@ -56,7 +55,7 @@ REPLAY_PID = 1000  # the replay's processes come after the ranks'
 def action_name(label: str, stage) -> tuple[str, dict]:
     """('forward s1 mb3', its args) for a schedule action's label (``F3``, ``1B0*``, ``SEND_F2``,
     ``STEP``), ``stage`` being the track's stage where the label does not name one."""
-    found = _ACTION.match(label)
+    found = ACTION_LABEL.match(label)
     if not found:
         return label, {}
     prefix, op, micro, reduce = found.groups()
@@ -152,7 +151,7 @@ def chrome_trace(record: dict) -> dict | None:
             events += _meta(pid, tid, "thread", "actions (last timed step)", tid)
             for label, s, e in r["events"]:
                 name, args = action_name(label, stage if isinstance(stage, int) else None)
-                op = _ACTION.match(label)
+                op = ACTION_LABEL.match(label)
                 events.append(
                     _complete(
                         pid,

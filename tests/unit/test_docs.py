@@ -1,5 +1,6 @@
 """The documentation builds as a site and the README stays a front page."""
 
+import filecmp
 import os
 import subprocess
 import sys
@@ -42,3 +43,14 @@ def test_every_docs_page_is_in_the_navigation():
         if f.endswith(".md")
     ]
     assert pages and all(p in nav for p in pages), [p for p in pages if p not in nav]
+
+
+def test_the_schedule_timelines_in_the_docs_are_the_committed_studys_figures():
+    """docs/methods/timelines/NAME.png is results/schedules/figures/timeline_schedule_NAME.png, byte
+    for byte: a page's figure is what `pipebench results results/schedules --check` vouches for."""
+    docs = os.path.join(ROOT, "docs", "methods", "timelines")
+    names = sorted(n for n in os.listdir(docs) if n.endswith(".png"))
+    assert names
+    for name in names:
+        committed = os.path.join(ROOT, "results", "schedules", "figures", f"timeline_schedule_{name}")
+        assert filecmp.cmp(os.path.join(docs, name), committed, shallow=False), name
