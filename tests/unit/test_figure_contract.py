@@ -37,6 +37,15 @@ def _record(schedule: str) -> dict:
     }
 
 
+@pytest.fixture(autouse=True)
+def data_only():
+    """What each figure draws is what these tests read: no PNG or PDF is written (test_results
+    checks that they are)."""
+    token = figures.IMAGES.set(False)
+    yield
+    figures.IMAGES.reset(token)
+
+
 def _drawn(path_stem: str) -> dict:
     return json.load(open(path_stem + ".figure.json"))
 
@@ -45,7 +54,7 @@ def _drawn(path_stem: str) -> dict:
 def test_a_timeline_gives_every_action_kind_of_the_schedule_its_own_colour_and_legend_entry(schedule, tmp_path):
     record = _record(schedule)
     paths = figures.timeline(record, str(tmp_path), name="t")
-    assert {os.path.basename(p) for p in paths} == {"t.pdf", "t.png", "t.figure.json"}
+    assert {os.path.basename(p) for p in paths} == {"t.figure.json"}
     drawn = _drawn(str(tmp_path / "t"))
     kind = schedules.get(schedule)
     kinds = {a.op.split("_")[0] for acts in kind.lists(2, kind.default_stages_per_rank, 4) for a in acts}
@@ -96,7 +105,7 @@ def test_the_contract_refuses_what_a_reader_would_take_for_a_defect(make, refusa
     assert figures.save(_figure(), str(tmp_path), "fine")  # the same figure, sound, is saved
     with pytest.raises(figure_data.FigureContractError, match=refusal):
         figures.save(make(), str(tmp_path), "f")
-    assert not (tmp_path / "f.png").exists()
+    assert not (tmp_path / "f.figure.json").exists()
 
 
 def test_a_figure_wider_than_a_page_is_narrowed_to_fit_as_saved(tmp_path):
