@@ -97,8 +97,9 @@ def scope(records: list[dict]) -> str:
 
 
 class Styles:
-    """Colour per strategy, marker and hatch per variant, line style per worker count: built from
-    all the records a sweep's figures draw, so that each figure agrees with the others."""
+    """Colour per strategy, marker per variant within its strategy, hatch per variant, line style per
+    worker count: built from all the records a sweep's figures draw, so that each figure agrees
+    with the others."""
 
     def __init__(self, records: list[dict]):
         strategies = sorted({config_key(r)[0] for r in records})
@@ -141,7 +142,7 @@ def paper_style() -> Iterator[None]:
         yield
 
 
-# False: save() writes what each figure draws (its .json) but no PDF or PNG, for a check that
+# False: save() writes what each figure draws (its .figure.json) but no PDF or PNG, for a check that
 # compares figures through their data (harness.report.reproduce) in a fraction of the time
 IMAGES: ContextVar[bool] = ContextVar("images", default=True)
 
@@ -164,7 +165,7 @@ def _fit_page(fig) -> None:
 
 
 def save(fig, out_dir: str, name: str) -> list[str]:
-    """The figure as PDF and PNG, with what it draws beside them (``name.json``), once it meets
+    """The figure as PDF and PNG, with what it draws beside them (``name.figure.json``), once it meets
     the contract (:mod:`harness.report.figure_data`; a figure that breaks it is not written)."""
     _fit_page(fig)
     data = figure_data.figure_data(fig, name)
