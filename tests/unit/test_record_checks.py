@@ -13,6 +13,7 @@ import torch
 from harness.metrics.meter import StepMeter, track_cpu_allocations
 from harness.report.checks import impossible
 from harness.report.tables import build, to_frame
+from tests.unit.test_results import _rec
 
 MIB = 2**20
 
@@ -21,26 +22,11 @@ def _sound(strategy="dp", throughput=100.0) -> dict:
     parts = {"parameters": 1 * MIB, "gradients": 1 * MIB, "optimizer_state": 2 * MIB, "stashed_weights": 0}
     parts["other"] = 6 * MIB
     return {
-        "schema_version": 1,
-        "status": "ok",
-        "error": None,
-        "strategy": strategy,
-        "model": "vit_micro",
-        "data": "synthetic",
-        "world_size": 2,
-        "global_batch": 64,
-        "micro_batches": 4,
-        "device": "cpu",
-        "throughput": throughput,
-        "step_time_s": 64 / throughput,
-        "peak_memory_bytes": 10 * MIB,
-        "peak_memory_per_rank": [10 * MIB, 10 * MIB],
+        **_rec(strategy, 2, throughput, 10 * MIB),
         "per_rank": [{"rank": r, "memory_breakdown": {**parts, "at_step_start": 3 * MIB}} for r in (0, 1)],
         "bubble_measured": 0.2,
         "bubble_per_rank": [0.1, 0.3],
         "idle_breakdown": {"compute": 0.8, "peer_wait": 0.2},
-        "accuracy": 0.3,
-        "final_loss": 2.0,
     }
 
 
