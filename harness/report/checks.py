@@ -1,4 +1,5 @@
-"""A record's figures checked against what they cannot be, before the record is written.
+"""A record's figures checked against what they cannot be, before the record is written; and
+where a set of records came from (:func:`provenance`).
 
 :func:`impossible` names every figure of a record that no measurement can produce: a memory part
 below zero, parts that do not add up to their rank's peak, a fraction of a step outside 0-1, a
@@ -53,3 +54,17 @@ def impossible(record: dict) -> list[str]:
     if throughput and step and batch and not math.isclose(throughput * step, batch, rel_tol=1e-6):
         errors.append(f"throughput {throughput:.6g}/s is not the global batch {batch} over the step time {step:.6g} s")
     return errors
+
+
+def provenance(records: list[dict]) -> list[str]:
+    """A line for runs that came from an uncommitted tree or from several commits: a study whose
+    code cannot be named (its records' ``environment``)."""
+    envs = [r["environment"] for r in records if r.get("environment")]
+    commits = sorted({str(e["git_commit"])[:10] for e in envs if e.get("git_commit")})
+    dirty = sum(1 for e in envs if e.get("git_dirty"))
+    lines = []
+    if dirty:
+        lines.append(f"{dirty} of {len(envs)} run(s) came from a tree with uncommitted changes")
+    if len(commits) > 1:
+        lines.append(f"the runs came from {len(commits)} commits ({', '.join(commits)}), not one")
+    return lines

@@ -4,9 +4,8 @@
 as ``pipebench results DIR --out DIR`` writes them, and compares them with the committed ones:
 tables as text, figures through the data each draws (the ``.figure.json`` beside each PNG,
 :mod:`harness.report.figure_data`), never pixels. It also names records holding an impossible
-figure (:mod:`harness.report.checks`) and a study run from an uncommitted tree or from several
-commits (:func:`provenance`). ``pipebench results DIR --check`` prints what it finds; the suite
-runs it on every study under ``results/``.
+figure and a study run from an uncommitted tree or from several commits
+(:mod:`harness.report.checks`). ``pipebench results DIR --check`` prints what it finds.
 """
 
 from __future__ import annotations
@@ -16,26 +15,13 @@ import json
 import os
 import tempfile
 
-from harness.report.checks import impossible
+from harness.report.checks import impossible, provenance
 from harness.report.figure_data import SUFFIX
 from harness.report.figures import IMAGES
 from harness.report.tables import load_raw, write_outputs
 
 # what `results --out` writes beside the figures, compared as text where the study has it
 _TABLES = ("results.md", "results.csv", "results.tex", "paired.md", "paired.csv")
-
-
-def provenance(records: list[dict]) -> list[str]:
-    """A line for a study whose runs came from an uncommitted tree or from several commits."""
-    envs = [r.get("environment") or {} for r in records if not r.get("simulated") or r.get("environment")]
-    commits = sorted({str(e.get("git_commit"))[:10] for e in envs if e.get("git_commit")})
-    dirty = sum(1 for e in envs if e.get("git_dirty"))
-    lines = []
-    if dirty:
-        lines.append(f"{dirty} of {len(envs)} run(s) came from a tree with uncommitted changes")
-    if len(commits) > 1:
-        lines.append(f"the runs came from {len(commits)} commits ({', '.join(commits)}), not one")
-    return lines
 
 
 def _figure_data(folder: str) -> dict[str, str]:
@@ -78,7 +64,11 @@ def differences(study: str) -> list[str]:
         for table in _TABLES:
             here, there = os.path.join(study, table), os.path.join(made, table)
             if os.path.exists(here) != os.path.exists(there):
-                out.append(f"{table} is {'committed' if os.path.exists(here) else 'written'} but not the other way")
+                out.append(
+                    f"{table} is committed but today's code does not write it"
+                    if os.path.exists(here)
+                    else f"today's code writes {table}, which is not committed"
+                )
             elif os.path.exists(here) and not filecmp.cmp(here, there, shallow=False):
                 out.append(f"{table} differs from what today's code writes from the records")
         out += _figure_differences(os.path.join(study, "figures"), os.path.join(made, "figures"))

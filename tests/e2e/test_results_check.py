@@ -75,3 +75,6 @@ def test_an_impossible_figure_and_a_mixed_provenance_fail_the_check(study, capfd
     assert proc.returncode == 1
     assert "rank 0's memory at_step_start is -0.00 MiB, below zero" in proc.stdout
     assert "the runs came from 2 commits" in proc.stdout
+    # the table is still printed, the provenance said in one line
+    proc = pipebench(capfd, "results", str(study))
+    assert proc.returncode == 0 and "warning: the runs came from 2 commits" in proc.stderr
