@@ -147,6 +147,16 @@ def paper_style() -> Iterator[None]:
 IMAGES: ContextVar[bool] = ContextVar("images", default=True)
 
 
+@contextmanager
+def data_only() -> Iterator[None]:
+    """Within it, figures are saved as the data they draw only (:data:`IMAGES`)."""
+    token = IMAGES.set(False)
+    try:
+        yield
+    finally:
+        IMAGES.reset(token)
+
+
 def _fit_page(fig) -> None:
     """Titles wrapped to their axes' width, and a figure whose tick labels stick out past a
     page's width, as saved, narrowed until it fits: the axes give way, the text keeps its size."""

@@ -17,7 +17,7 @@ import tempfile
 
 from harness.report.checks import impossible, provenance
 from harness.report.figure_data import SUFFIX
-from harness.report.figures import IMAGES
+from harness.report.figures import data_only
 from harness.report.tables import load_raw, write_outputs
 
 # what `results --out` writes beside the figures, compared as text where the study has it
@@ -56,11 +56,8 @@ def differences(study: str) -> list[str]:
     name = os.path.basename(os.path.normpath(study))
     with tempfile.TemporaryDirectory() as scratch:
         made = os.path.join(scratch, name)  # the LaTeX label is the folder's name
-        token = IMAGES.set(False)  # the figures' data, not their pixels
-        try:
+        with data_only():  # the figures' data, not their pixels
             out += write_outputs(records, made)[2]  # the figures that break the contract
-        finally:
-            IMAGES.reset(token)
         for table in _TABLES:
             here, there = os.path.join(study, table), os.path.join(made, table)
             if os.path.exists(here) != os.path.exists(there):

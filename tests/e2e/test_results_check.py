@@ -31,11 +31,8 @@ def pristine(tmp_path_factory):
     folder = tmp_path_factory.mktemp("pristine") / "study"
     for run in RUNS:
         shutil.copytree(os.path.join(SCHEDULES, run), folder / run)
-    token = figures.IMAGES.set(False)  # what the figures draw is what is checked: no PNG or PDF needed
-    try:
+    with figures.data_only():  # what the figures draw is what is checked: no PNG or PDF needed
         assert commands.main(["results", str(folder), "--out", str(folder)]) == 0
-    finally:
-        figures.IMAGES.reset(token)
     assert commands.main(["results", str(folder), "--check"]) == 0
     return folder
 

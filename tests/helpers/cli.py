@@ -33,6 +33,7 @@ TINY = [
 
 
 _LOADED: dict[str, ConfigResult | None] = {}
+_LOAD = ConfigRepository.load_config
 
 
 def _load_once(repository: ConfigRepository, config_path: str) -> ConfigResult | None:
@@ -41,9 +42,6 @@ def _load_once(repository: ConfigRepository, config_path: str) -> ConfigResult |
     if _LOADED.get(config_path) is None:  # one not found may be registered later
         _LOADED[config_path] = _LOAD(repository, config_path)
     return copy.deepcopy(_LOADED[config_path])
-
-
-_LOAD = ConfigRepository.load_config
 
 
 def hydra_compose(overrides: list[str], return_hydra_config: bool = False, parse_once: bool = True):

@@ -41,9 +41,8 @@ def _record(schedule: str) -> dict:
 def data_only():
     """What each figure draws is what these tests read: no PNG or PDF is written (test_results
     checks that they are)."""
-    token = figures.IMAGES.set(False)
-    yield
-    figures.IMAGES.reset(token)
+    with figures.data_only():
+        yield
 
 
 def _drawn(path_stem: str) -> dict:
