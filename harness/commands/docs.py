@@ -3,8 +3,9 @@
 ``docs/reference/configuration.md`` is written from the configuration's dataclasses
 (every key, default, rule and comment: harness.config.reference) and
 ``docs/reference/commands.md`` from this command line (every verb's help) and
-``docs/reference/schedules.md`` from the schedule registry and ``docs/reference/columns.md``
-from the table columns, their sets and the figures (harness.report). The test
+``docs/reference/schedules.md`` from the schedule registry, ``docs/reference/columns.md``
+from the table columns, their sets and the figures (harness.report), and
+``docs/reference/models.md`` from ``conf/model/`` (parameters and FLOPs per sample). The test
 suite checks that the committed pages equal what this writes (``--check``), so the
 reference never drifts from what runs.
 
@@ -104,6 +105,63 @@ def columns_page() -> str:
     return "\n".join(lines) + "\n"
 
 
+def models_page() -> str:
+    """Each model of ``conf/model/`` in parameters and training FLOPs per sample (counted on the meta
+    device, as MFU counts them: :mod:`harness.metrics.flops`)."""
+    import glob
+
+    from omegaconf import OmegaConf
+
+    from harness.config.schema import ModelConfig
+    from harness.core.models import parameter_shapes
+    from harness.metrics.flops import layer_flops
+
+    conf = os.path.join(os.path.dirname(DOCS), "conf", "model")
+    lines = [
+        "# Models reference",
+        "",
+        "Generated from `conf/model/` by `pipebench docs`: the Vision Transformers a run can pick with "
+        "`model=<name>`, each with a 100-class head. Parameters are counted on the model as built; training "
+        "FLOPs per sample are one forward and one backward of every layer at the model's image size, counted "
+        "as [MFU](../concepts/metrics.md) counts them (matrix products and attention only).",
+        "",
+        "| model | image | patch | tokens | width | blocks | heads | parameters | training GFLOP/sample |",
+        "| --- | --: | --: | --: | --: | --: | --: | --: | --: |",
+    ]
+    rows = []
+    for path in glob.glob(os.path.join(conf, "*.yaml")):
+        raw = {k: v for k, v in OmegaConf.to_container(OmegaConf.load(path)).items() if k != "defaults"}
+        m = ModelConfig(**raw)
+        params = sum(map(_size, parameter_shapes(m).values()))
+        gflops = sum(f + b for f, b in layer_flops(m, 1, m.img_size)) / 1e9
+        tokens = (m.img_size // m.patch_size) ** 2 + 1
+        shown = f"{gflops:.0f}" if gflops >= 100 else f"{gflops:.3g}"
+        rows.append(
+            (
+                params,
+                f"| `{m.name}` | {m.img_size} | {m.patch_size} | {tokens} | {m.embed_dim} | {m.depth} | "
+                f"{m.num_heads} | {_count(params)} | {shown} |",
+            )
+        )
+    lines += [line for _, line in sorted(rows)]
+    return "\n".join(lines) + "\n"
+
+
+def _size(shape: tuple[int, ...]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _count(n: int) -> str:
+    """``632M``, ``5.5M``, ``110k``: three significant digits."""
+    for unit, scale in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.3g}{unit}"
+    return str(n)
+
+
 def pages() -> dict[str, str]:
     from harness.config.reference import markdown
 
@@ -112,6 +170,7 @@ def pages() -> dict[str, str]:
         os.path.join(DOCS, "reference", "commands.md"): commands_page(),
         os.path.join(DOCS, "reference", "schedules.md"): schedules_page(),
         os.path.join(DOCS, "reference", "columns.md"): columns_page(),
+        os.path.join(DOCS, "reference", "models.md"): models_page(),
     }
 
 

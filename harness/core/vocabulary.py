@@ -1,6 +1,6 @@
 """The names the measurement and the report share, declared once: the parts of a step's idle time,
-the parts of a rank's peak memory, the strategy every comparison is against, and how a schedule's
-action is labelled.
+the parts of a rank's peak memory, the strategy every comparison is against, the strategies that
+take no micro-batches, and how a schedule's action is labelled.
 
 The meter and the idle breakdown (:mod:`harness.metrics`) write these keys into a record; the
 schema, the table columns, the figures and the traces (:mod:`harness.report`) read them from here,
@@ -49,6 +49,10 @@ MEASURED_MEMORY_PARTS = tuple(k for k in MEMORY_PARTS if k != OTHER_MEMORY)  # w
 
 # speedup, ME and the paired accuracy comparison are against this strategy's runs (data parallelism)
 REFERENCE_STRATEGY = "dp"
+
+# the strategies that move whole minibatches: train.micro_batches does not apply to them (the run
+# records 1 and a table leaves their micro-batches blank); every other strategy takes micro-batches
+WHOLE_MINIBATCH_STRATEGIES = frozenset({REFERENCE_STRATEGY, "ashpipe"})
 
 
 def memory_field(part: str) -> str:

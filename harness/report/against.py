@@ -270,7 +270,8 @@ def table(result: Against) -> Table:
         cells = [_ratio_text(row, c) for _, row in rows.iterrows()]
         rows[c.key] = [t for t, _ in cells]
         bold |= {(i, c.key) for i, (_, worse) in zip(rows.index, cells) if worse}
-    return _AgainstTable(rows, varying + shown_figures, [], [], False, bold, _caption(result, constant))
+    rows["_section"] = rows["block"]
+    return _AgainstTable(rows, varying + shown_figures, [], [], False, bold, text=_caption(result, constant))
 
 
 def to_csv(result: Against) -> str:

@@ -38,6 +38,7 @@ class Column:
     config: bool = False  # identifies a configuration (the same in all of its runs)
     sets: tuple[str, ...] = ()  # the named column sets that show it (every column is in "all")
     speed: bool = False  # depends on the machine's speed: not comparable where workers share cores
+    relative: bool = False  # a ratio to the reference strategy: exactly 1 on its rows, with no interval
 
     def values(self, df: pd.DataFrame) -> pd.Series:
         raw = self.source(df) if callable(self.source) else df[self.source]
@@ -53,15 +54,48 @@ class Column:
         return f"{self.key}_{unit}" if unit and unit not in self.key.split("_") else self.key
 
     def text(self, value, half=None) -> str:
-        """One cell as people read it: rounded to the column's decimals, with ``± half`` if given."""
+        """One cell as people read it: rounded to the column's decimals, with ``± half`` if given; a
+        missing figure is "–", an identifying field that does not apply is blank."""
         if value is None or (isinstance(value, float) and value != value):
-            return "–"
+            return "" if self.config else "–"  # an identifying field left blank does not apply
         if not isinstance(value, numbers.Real) or isinstance(value, bool):
             return str(value)
-        shown = f"{value:.{self.digits}f}" if self.digits is not None else f"{value:g}"
-        if half is not None and half == half:
-            shown += f" ± {half:.{self.digits}f}" if self.digits is not None else f" ± {half:.2g}"
-        return shown
+        return figure_text(value, half, self.digits)
+
+
+def figure_text(value: float, half: float | None = None, digits: int | None = None) -> str:
+    """The one rounding rule of every table: the value and its interval's half-width to the same
+    decimals (``digits``; None: three significant digits for the value, two for the half-width)."""
+    if value is None or value != value:
+        return "–"
+    shown = f"{value:.{digits}f}" if digits is not None else f"{value:g}"
+    if half is not None and half == half:
+        shown += f" ± {half:.{digits}f}" if digits is not None else f" ± {half:.2g}"
+    return shown
+
+
+SUPERSCRIPT = str.maketrans("0123456789", "⁰¹²³⁴⁵⁶⁷⁸⁹")  # a footnote's mark
+MAX_CELL = 40  # characters: a longer cell is abbreviated and its full form given in a footnote
+
+
+def shorten(text: str) -> str:
+    """``text`` in at most :data:`MAX_CELL` characters: runs of three or more of a list element written
+    once with their count (``[1×16]``), and what still does not fit cut with an ellipsis."""
+    if len(text) <= MAX_CELL:
+        return text
+
+    def runs(match: re.Match) -> str:
+        items = [i.strip() for i in match.group(1).split(",")]
+        out: list[str] = []
+        for item in items:
+            if out and out[-1][0] == item:
+                out[-1][1] += 1
+            else:
+                out.append([item, 1])
+        return "[" + ", ".join(f"{i}×{n}" if n > 2 else ", ".join([i] * n) for i, n in out) + "]"
+
+    text = re.sub(r"\[([^\[\]]*)\]", runs, text)
+    return text if len(text) <= MAX_CELL else text[: MAX_CELL - 1] + "…"
 
 
 def _strategy(df: pd.DataFrame) -> pd.Series:
@@ -78,6 +112,11 @@ def _bubble(df: pd.DataFrame) -> pd.Series:
     return df["bubble_measured"].where(df["simulated"] != True, df["bubble_fraction"])  # noqa: E712
 
 
+def _micro_batches(df: pd.DataFrame) -> pd.Series:
+    # blank where they do not apply: a strategy that moves whole minibatches ignores the setting
+    return df["micro_batches"].where(~df["strategy"].isin(vocabulary.WHOLE_MINIBATCH_STRATEGIES))
+
+
 def _field(name: str) -> Callable[[pd.DataFrame], pd.Series]:
     """A frame field that older records may not have (then empty)."""
     return lambda df: df[name] if name in df else pd.Series(None, index=df.index, dtype=object)
@@ -92,7 +131,7 @@ COLUMNS: list[Column] = [
     Column("strategy", "strategy", _strategy, config=True, sets=_WHO),
     Column("workers", "workers", "world_size", config=True, sets=_WHO),
     Column("layout", "layout", lambda df: df["layout"].fillna(""), config=True, sets=_WHO),
-    Column("micro_batches", "micro", "micro_batches", config=True, sets=(PAPER, SPEED, MEMORY, IDLE)),
+    Column("micro_batches", "micro", _micro_batches, config=True, sets=(PAPER, SPEED, MEMORY)),
     Column("model", "model", "model", config=True),
     Column("data", "data", "data", config=True),
     Column("batch", "batch", "global_batch", config=True),
@@ -112,7 +151,16 @@ COLUMNS: list[Column] = [
         speed=True,
     ),
     Column(
-        "speedup", "speedup", "speedup", "x DP", digits=3, better="higher", figure=True, sets=(PAPER, SPEED), speed=True
+        "speedup",
+        "speedup",
+        "speedup",
+        "x DP",
+        digits=3,
+        better="higher",
+        figure=True,
+        sets=(PAPER, SPEED),
+        speed=True,
+        relative=True,
     ),
     Column(
         "step_time",
@@ -137,7 +185,18 @@ COLUMNS: list[Column] = [
         figure=True,
         sets=(PAPER, MEMORY),
     ),
-    Column("me", "ME", "me", "x DP", digits=3, better="higher", figure=True, sets=(PAPER, MEMORY), speed=True),
+    Column(
+        "me",
+        "ME",
+        "me",
+        "x DP",
+        digits=3,
+        better="higher",
+        figure=True,
+        sets=(PAPER, MEMORY),
+        speed=True,
+        relative=True,
+    ),
     # the peak rank's measured breakdown (harness.metrics.meter); "other" is activations and the rest
     *(
         Column(
@@ -214,7 +273,7 @@ COLUMNS: list[Column] = [
         scale=1e3,
         digits=2,
         figure=True,
-        sets=(IDLE,),
+        sets=(SPEED,),
         speed=True,
     ),
     Column(

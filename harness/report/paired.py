@@ -22,6 +22,7 @@ from __future__ import annotations
 import pandas as pd
 
 from harness.core.vocabulary import REFERENCE_STRATEGY
+from harness.report.columns import SUPERSCRIPT, figure_text, shorten
 from harness.report.record import config_name, shown
 from harness.report.statistics import first_at_target, interval
 
@@ -73,10 +74,6 @@ def _differing(key: tuple, keys: set[tuple]) -> str:
     )
 
 
-def _label(record: dict) -> str:
-    return f"{config_name(record)}, {record['world_size']} workers"
-
-
 def against_reference(
     records: list[dict], reference: str = REFERENCE_STRATEGY, margin: float = MARGIN
 ) -> pd.DataFrame | None:
@@ -92,7 +89,7 @@ def against_reference(
         ref = by_key.get(key, {}).get(r["seed"])
         if ref is None:
             continue
-        label = (key, _label(r))
+        label = (key, config_name(r), r["world_size"])
         rows.setdefault(label, [])
         target = ref["accuracy"] - margin
         step, seconds = _at_target(r, target)
@@ -110,13 +107,18 @@ def against_reference(
         )
     if not any(len({p["seed"] for p in pairs}) >= 2 for pairs in rows.values()):
         return None
-    keys = {key for key, _ in rows}  # where several, each row names what sets its pairing apart
+    keys = {key for key, *_ in rows}  # where several, each row names what sets its pairing apart
     out = []
-    for (key, label), pairs in rows.items():
+    for (key, label, workers), pairs in rows.items():
         runs = pd.DataFrame(pairs)
         differs = _differing(key, keys)
         shown = f"{label} [{differs}]" if differs and differs not in label else label
-        row = {"configuration": shown, "seeds": len(runs), "reached": f"{runs['steps'].notna().sum()}/{len(runs)}"}
+        row = {
+            "configuration": shown,
+            "workers": workers,
+            "seeds": len(runs),
+            "reached": f"{runs['steps'].notna().sum()}/{len(runs)}",
+        }
         for figure, scale in (("top1", 100), ("delta", 100), ("steps", 1), ("seconds", 1), ("saving", 100)):
             mean, half, _ = interval(runs[figure].astype(float) * scale)
             row[figure], row[f"{figure} ci95"] = mean, half
@@ -133,23 +135,25 @@ _SHOWN = {  # column: (heading, digits)
 }
 
 
-def _cell(value: float, half: float, digits: int) -> str:
-    if value != value:  # no run reached the target, or the reference itself
-        return "–"
-    return f"{value:.{digits}f}" + (f" ± {half:.{digits}f}" if half == half else "")
-
-
 def to_markdown(table: pd.DataFrame, margin: float = MARGIN) -> str:
-    """The table with its caption: what the target is and how the figures are paired."""
+    """The table with its caption: what the target is and how the figures are paired; a configuration
+    too long for a cell abbreviated, in full in a footnote."""
     lines = [
         f"*Against DP by seed: the target is each seed's DP final top-1 minus {margin * 100:g} point(s); "
         "steps and seconds to target over the runs that reached it (the run's own training clock); paired "
         "figures over the seeds where both reached it; mean ± half-width of the 95% interval over seeds.*",
         "",
-        "| configuration | seeds | reached | " + " | ".join(h for h, _ in _SHOWN.values()) + " |",
-        "|:--|--:|--:|" + "--:|" * len(_SHOWN),
+        "| configuration | workers | seeds | reached | " + " | ".join(h for h, _ in _SHOWN.values()) + " |",
+        "|:--|--:|--:|--:|" + "--:|" * len(_SHOWN),
     ]
+    notes: list[str] = []
     for _, row in table.iterrows():
-        cells = [_cell(row[k], row[f"{k} ci95"], d) for k, (_, d) in _SHOWN.items()]
-        lines.append(f"| {row['configuration']} | {row['seeds']} | {row['reached']} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+        label = shorten(row["configuration"])
+        if label != row["configuration"]:
+            notes.append(row["configuration"])
+            label += str(len(notes)).translate(SUPERSCRIPT)
+        cells = [figure_text(row[k], row[f"{k} ci95"], d) for k, (_, d) in _SHOWN.items()]
+        lines.append(f"| {label} | {row['workers']} | {row['seeds']} | {row['reached']} | " + " | ".join(cells) + " |")
+    if notes:
+        lines += ["", *(f"{str(n).translate(SUPERSCRIPT)} {text}  " for n, text in enumerate(notes, 1))]
+    return "\n".join(lines).rstrip()

@@ -37,7 +37,7 @@ import pandas as pd
 from harness.core.vocabulary import MEMORY_PARTS, REFERENCE_STRATEGY, idle_field, memory_field
 from harness.report import columns
 from harness.report.checks import impossible
-from harness.report.columns import Column
+from harness.report.columns import MAX_CELL, SUPERSCRIPT, Column, shorten
 from harness.report.environment import environment
 from harness.report.figure_data import FigureContractError
 from harness.report.figures import all_figures
@@ -239,6 +239,8 @@ def comparison(df: pd.DataFrame) -> pd.DataFrame:
         speedup = df.loc[sel, "throughput"].astype(float) / dp_tp
         df.loc[sel, "speedup"] = speedup
         df.loc[sel, "me"] = speedup / (df.loc[sel, "peak_memory_bytes"].astype(float) / dp_mem)
+        # DP's runs are the reference (their median, where several): its ratios are 1 by definition
+        df.loc[dp.index, ["speedup", "me"]] = 1.0
     diverged = ok & df["diverged_at_step"].notna()
     df.loc[diverged, "note"] = [
         f"diverged: training loss not finite from step {s:.0f}" for s in df.loc[diverged, "diverged_at_step"]
@@ -279,7 +281,6 @@ def comparison(df: pd.DataFrame) -> pd.DataFrame:
 # only where a configuration ran more than once: how many of its runs succeeded, how many reached the target
 RUNS = Column("runs", "runs", "runs")
 REACHED = Column("reached_target", "reached target", "reached_target")
-_SUPERSCRIPT = str.maketrans("0123456789", "⁰¹²³⁴⁵⁶⁷⁸⁹")
 
 
 @dataclass
@@ -293,16 +294,31 @@ class Table:
     caption: list[str]  # the identifying columns that are the same in every row ("model vit_micro", ...)
     repeated: bool
     bold: set[tuple[int, str]] = field(default_factory=set)  # (row, key) of each group's unique best
+    full: dict[int, list[str]] = field(default_factory=dict)  # per row, the cells too long to show whole
+    absent: list[str] = field(default_factory=list)  # the chosen figures no run has
 
     @property
     def blocks(self) -> list[str]:
-        """The sweep's blocks in order, where it has more than one (each is a section)."""
+        """The sweep's blocks in order, where it has more than one."""
         names = list(dict.fromkeys(self.rows["block"]))
         return names if len(names) > 1 else []
 
+    @property
+    def sections(self) -> list[str]:
+        """The table's sections in order, where it has more than one: the sweep's blocks, and within
+        them the comparison groups that differ in more than workers (model, data, batch, device or
+        precision)."""
+        names = list(dict.fromkeys(self.rows["_section"]))
+        return names if len(names) > 1 else []
+
+    def row_note(self, i: int) -> str:
+        """Row ``i``'s footnote: its note and the full form of each abbreviated cell."""
+        return "; ".join(filter(None, [self.rows.at[i, "note"], *self.full.get(i, [])]))
+
     def notes(self) -> dict[str, int]:
-        """Each distinct note, numbered from 1 in the order of the rows."""
-        return {n: i + 1 for i, n in enumerate(dict.fromkeys(n for n in self.rows["note"] if n))}
+        """Each distinct footnote, numbered from 1 in the order of the rows."""
+        found = (self.row_note(i) for i in self.rows.index)
+        return {n: i + 1 for i, n in enumerate(dict.fromkeys(n for n in found if n))}
 
     def caption_text(self) -> str:
         parts = list(self.caption)
@@ -311,11 +327,16 @@ class Table:
         text = "; ".join(parts)
         keys = {c.key for c in self.shown}
         if keys & {"speedup", "me"}:
-            text += ". Speedup and ME against DP with the same model, data, workers, batch, device and precision"
+            text += (
+                ". Speedup and ME against DP with the same model, data, workers, batch, device and precision"
+                " (DP's rows are that reference: 1 by definition)"
+            )
         if "peak_memory" in keys:
             text += "; peak memory is the largest over ranks"
         if self.repeated:
             text += "; mean ± half-width of the 95% interval over each configuration's runs"
+        if self.absent:
+            text += f"; no run has {', '.join(self.absent)}"
         return text + "."
 
 
@@ -330,6 +351,7 @@ def build(df: pd.DataFrame, choice: str = columns.DEFAULT_SET) -> Table:
     # a run that diverged or holds an impossible figure is never a column's best
     runs["_sound"] = (cmp["diverged_at_step"].isna() & (cmp["figure_errors"].fillna("") == "")).to_numpy()
     runs["_group"] = [json.dumps(g, default=str) for g in zip(cmp["block"], *(cmp[k] for k in GROUP_KEYS))]
+    runs["_reference"] = (cmp["strategy"] == REFERENCE_STRATEGY).to_numpy()
     repeated = bool(runs["configuration"].duplicated().any())
     rows = _aggregated(runs) if repeated else runs.reset_index(drop=True)
 
@@ -344,13 +366,32 @@ def build(df: pd.DataFrame, choice: str = columns.DEFAULT_SET) -> Table:
         for c in context
         if c not in varying and _plain(rows[c.key].iloc[0]) not in ("", "–")
     ]
-    shown = [c for c in columns.COLUMNS if c in chosen or c in varying] + [
+    # comparison groups that differ in more than workers are sections, not columns
+    sectioned = [c for c in varying if c.key in _SECTIONED]
+    rows["_section"] = [
+        "; ".join(filter(None, [b, *(f"{c.label} {_plain(v)}" for c, v in zip(sectioned, values))]))
+        for b, *values in zip(rows["block"], *(rows[c.key] for c in sectioned))
+    ]
+    shown = [c for c in columns.COLUMNS if c in chosen or (c in varying and c not in sectioned)] + [
         c for c in extra if c in varying or c not in context
     ]
+    # a figure no run has (top-1 of simulated runs) is said once in the caption, not as a column of dashes
+    absent = [c for c in shown if c.figure and len(rows) and pd.to_numeric(rows[c.key], errors="coerce").isna().all()]
+    shown = [c for c in shown if c not in absent]
     every = [c for c in columns.COLUMNS if c in chosen or c in identifying] + extra
-    table = Table(rows, shown, every, caption, repeated)
+    table = Table(rows, shown, every, caption, repeated, absent=[c.label for c in absent])
     table.bold = _best(table)
+    for c in shown:
+        for i in rows.index:
+            text = _cell(table, i, c)
+            if not c.figure and len(text) > MAX_CELL:
+                table.full.setdefault(i, []).append(f"{c.label} {text}")
     return table
+
+
+# the comparison's group keys (GROUP_KEYS) other than the workers, as column keys: where they vary,
+# each group is a section of its own
+_SECTIONED = ("model", "data", "batch", "device", "precision")
 
 
 def _aggregated(runs: pd.DataFrame) -> pd.DataFrame:
@@ -359,7 +400,7 @@ def _aggregated(runs: pd.DataFrame) -> pd.DataFrame:
     out = []
     for _, group in runs.groupby("configuration", sort=False):
         row = {c.key: group[c.key].iloc[0] for c in columns.COLUMNS if c.config}
-        row.update({k: group[k].iloc[0] for k in ("_comparable", "_group", "configuration")})
+        row.update({k: group[k].iloc[0] for k in ("_comparable", "_group", "_reference", "configuration")})
         row["_sound"] = bool(group["_sound"].all())
         ok = group[group["status"] == "ok"]
         row["status"] = "ok" if len(ok) == len(group) else "failed"
@@ -371,6 +412,8 @@ def _aggregated(runs: pd.DataFrame) -> pd.DataFrame:
             if c.figure:
                 values = mlperf_times(ok[c.key]) if c.key == "time_to_target" else ok[c.key]
                 mean, half, _ = interval(values)
+                if c.relative and row["_reference"]:  # the reference's ratio to itself: 1, no interval
+                    half = float("nan")
                 row[c.key], row[f"{c.key} ci95"] = (
                     (mean, half) if c.digits is None else (round(mean, c.digits), round(half, c.digits))
                 )
@@ -416,6 +459,13 @@ def _cell(table: Table, i: int, c: Column) -> str:
     return c.text(table.rows.at[i, c.key], half)
 
 
+def _shown(table: Table, i: int, c: Column) -> str:
+    """A cell as printed: identifying text abbreviated (:func:`~harness.report.columns.shorten`; the
+    footnote holds the full form)."""
+    text = _cell(table, i, c)
+    return text if c.figure else shorten(text)
+
+
 def _numeric(table: Table, c: Column) -> bool:
     values = table.rows[c.key].dropna()
     return c.figure or (
@@ -424,10 +474,10 @@ def _numeric(table: Table, c: Column) -> bool:
 
 
 def _sections(table: Table) -> list[tuple[str, list[int]]]:
-    """(block, its rows) in order; one untitled section without blocks."""
-    if not table.blocks:
+    """(section, its rows) in order; one untitled section where the table has one."""
+    if not table.sections:
         return [("", list(table.rows.index))]
-    return [(b, list(table.rows.index[table.rows["block"] == b])) for b in table.blocks]
+    return [(b, list(table.rows.index[table.rows["_section"] == b])) for b in table.sections]
 
 
 def to_markdown(table: Table) -> str:
@@ -438,16 +488,16 @@ def to_markdown(table: Table) -> str:
     for block, idx in _sections(table):
         cells = []
         for i in idx:
-            row = [_cell(table, i, c) for c in table.shown]
+            row = [_shown(table, i, c) for c in table.shown]
             row = [f"**{v}**" if (i, c.key) in table.bold else v for v, c in zip(row, table.shown)]
-            note = table.rows.at[i, "note"]
+            note = table.row_note(i)
             if note:
-                row[0] += str(notes[note]).translate(_SUPERSCRIPT)
+                row[0] += str(notes[note]).translate(SUPERSCRIPT)
             cells.append(row)
         grid = pd.DataFrame(cells, columns=header).to_markdown(index=False, colalign=align, disable_numparse=True)
         parts += [f"**{block}**\n\n{grid}" if block else grid]
     if notes:
-        parts.append("\n".join(f"{str(n).translate(_SUPERSCRIPT)} {text}  " for text, n in notes.items()).rstrip())
+        parts.append("\n".join(f"{str(n).translate(SUPERSCRIPT)} {text}  " for text, n in notes.items()).rstrip())
     return "\n\n".join(parts)
 
 
@@ -513,9 +563,9 @@ def to_latex(table: Table, name: str = "results") -> str:
         if block:
             lines.append(rf"\multicolumn{{{n}}}{{l}}{{\textit{{{escape_tex(block)}}}}} \\")
         for i in idx:
-            cells = [escape_tex(_cell(table, i, c)) for c in table.shown]
+            cells = [escape_tex(_shown(table, i, c)) for c in table.shown]
             cells = [rf"\textbf{{{v}}}" if (i, c.key) in table.bold else v for v, c in zip(cells, table.shown)]
-            note = table.rows.at[i, "note"]
+            note = table.row_note(i)
             if note:
                 cells[0] += rf"\textsuperscript{{{notes[note]}}}"
             lines.append(" & ".join(cells) + r" \\")

@@ -8,8 +8,11 @@ each step): no step waits for it, and the job's transfers and collectives never 
 it. Rank 0 then appends a row to ``<run dir>/steps.jsonl``: the step, the mean loss over the
 window, the learning rate, rank 0's samples/s and step time over the window, and the largest
 memory over the ranks (peak allocated on a GPU; on a CPU the process's peak RSS, which holds the
-data set and libraries too); an evaluation adds its own row. Every ``logger.print_every`` steps (default: about a tenth of the run) the row is also
-printed as one plain line, which is what a Slurm log keeps.
+data set and libraries too); an evaluation adds its own row. Every ``logger.print_every`` steps
+(default: about a tenth of the run) the row is also printed as one plain line, which is what a
+Slurm log keeps; so is every evaluation, and, where no line came for :data:`CONSOLE_EVERY_S`
+seconds, rank 0's own progress after the step that ends them (its steps, speed and the time left:
+no collective is added for it), so that a long run is never silent for long.
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ from harness.report.wandb_run import STEPS_FILE
 # has one bar, on rank 0, and a semaphore left behind by a worker that was killed makes
 # multiprocessing's resource tracker warn about it when the command ends
 tqdm.set_lock(threading.RLock())
+
+CONSOLE_EVERY_S = 30.0  # the longest a training run goes without a line on the console
 
 
 def intervals(log_every: int, print_every: int, steps: int) -> tuple[int, int]:
@@ -59,6 +64,7 @@ class StepLog:
         self.loss, self.times, self.window_start = 0.0, [], first_step
         self.pending: list[tuple[Pending | None, torch.Tensor, dict]] = []
         self.started = time.perf_counter()
+        self.printed = (self.started, first_step)  # (when, after which step) the last line came
         self.bar = tqdm(
             total=steps,
             initial=first_step,
@@ -90,6 +96,20 @@ class StepLog:
         if done % self.log_every == 0 or done == self.steps:
             self._reduce(done)
         self._collect(wait=False)
+        if self.ctx.is_main and time.perf_counter() - self.printed[0] >= CONSOLE_EVERY_S and done < self.steps:
+            self._heartbeat(done)
+
+    def _heartbeat(self, done: int) -> None:
+        """Rank 0's progress since the last line, from its own clock (the loss waits for a row)."""
+        now = time.perf_counter()
+        when, after = self.printed
+        rate = (done - after) / max(now - when, 1e-9)  # steps per second since the last line
+        left = (self.steps - done) / rate if rate > 0 else float("nan")
+        self._line(
+            f"{self.label} step {done}/{self.steps} | {rate * self.global_batch:.0f} samples/s | "
+            f"{now - self.started:.0f} s in, about {left:.0f} s left",
+            done,
+        )
 
     def _reduce(self, done: int) -> None:
         window = done - self.window_start
@@ -145,6 +165,10 @@ class StepLog:
             f"{self.label} step {row['step']}/{self.steps} | loss {row['train/loss']:.4f} | "
             f"lr {row['train/lr']:.3g}{speed} | {memory} {row[self.memory_key]:.0f} MiB"
         )
+        self._line(line, row["step"])
+
+    def _line(self, line: str, step: int) -> None:
+        self.printed = (time.perf_counter(), step)
         if self.bar.disable:
             print(line, flush=True)
         else:  # above the bar
@@ -161,6 +185,12 @@ class StepLog:
                 "time_s": round(time.perf_counter() - self.started, 3),
             }
         )
+        if self.ctx.is_main:
+            self._line(
+                f"{self.label} step {point['step']}/{self.steps} | test top-1 {point['accuracy'] * 100:.2f}% | "
+                f"test loss {point['loss']:.4f}",
+                point["step"],
+            )
 
     def close(self) -> None:
         self._collect(wait=True)

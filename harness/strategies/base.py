@@ -39,6 +39,7 @@ from torch import nn
 from harness.core.comm import Comm, DistContext
 from harness.core.errors import ConfigError
 from harness.core.options import bounded
+from harness.core.vocabulary import WHOLE_MINIBATCH_STRATEGIES
 from harness.planning.planner import Profile
 from harness.planning.simulator import Cluster, SimLayout
 from harness.runtime import actions as sch
@@ -103,11 +104,16 @@ class Strategy(ABC):
 
     name: ClassVar[str] = ""
     Config: ClassVar[type] = StrategyConfig
-    # False: the strategy moves whole minibatches; a sweep's train.micro_batches is recorded as 1
+    # False: the strategy moves whole minibatches; a sweep's train.micro_batches is recorded as 1.
+    # Set from the vocabulary (WHOLE_MINIBATCH_STRATEGIES), which the tables read too.
     takes_micro_batches: ClassVar[bool] = True
     # True: a checkpoint changes the training that follows it (quiesce drains an asynchronous
     # pipeline), so a preempted run stops only where every run checkpoints (harness.run.worker)
     checkpoint_changes_training: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls.takes_micro_batches = cls.name not in WHOLE_MINIBATCH_STRATEGIES
 
     def __init__(self, spec, layers: list[nn.Module], ctx: DistContext, comm: Comm):
         self.spec, self.ctx, self.comm = spec, ctx, comm

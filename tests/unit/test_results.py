@@ -78,8 +78,9 @@ def test_group_without_dp_says_so_instead_of_a_speedup(sweep):
 def test_formats(sweep):
     df = load_records([sweep])
     md = render(df, "md")
-    assert md.startswith("*model vit_micro;") is False  # two models: the model is a column, not the caption
-    assert any(line.startswith("| strategy") and "| model" in line for line in md.splitlines())
+    assert md.startswith("*model vit_micro;") is False  # two models: each is a section, not the caption
+    assert "**model vit_micro**" in md and "**model vit_tiny**" in md
+    assert not any(line.startswith("| strategy") and "| model" in line for line in md.splitlines())
     assert render(df, "csv").splitlines()[0].startswith("strategy,workers,layout,micro_batches,model,data")
     tex = render(df, "latex", name="my sweep")
     assert "\\begin{tabular}" in tex and "\\caption{" in tex and "\\label{tab:my-sweep}" in tex
@@ -101,7 +102,7 @@ def test_latex_is_booktabs_with_the_best_value_in_bold(tmp_path):
     assert "\\textbf{150.0}" in hippie and "\\textbf{100.0}" in hippie  # best throughput and memory of its group
     dp = next(line for line in tex.splitlines() if line.startswith("dp "))
     assert "200.0" in dp and "\\textbf" not in dp  # more memory, slower; its top-1 ties hippie's: not bold
-    assert "r" * 7 in tex.split("tabular}{")[1].split("}")[0]  # numbers right-aligned
+    assert tex.split("tabular}{")[1].split("}")[0] == "lrl" + "r" * 6  # numbers right-aligned
 
 
 def test_repeated_seeds_are_reported_with_a_95_percent_interval(tmp_path):

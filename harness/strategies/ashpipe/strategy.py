@@ -107,7 +107,6 @@ def lr_correction_steps(spec) -> int:
 class AshPipeStrategy(Strategy):
     name = "ashpipe"
     Config = AshPipeConfig
-    takes_micro_batches = False  # one whole minibatch at a time
     checkpoint_changes_training = True  # quiesce drains the pipeline
 
     @classmethod
