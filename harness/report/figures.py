@@ -188,7 +188,10 @@ def save(fig, out_dir: str, name: str) -> list[str]:
     paths = []
     for ext in ("pdf", "png") if IMAGES.get() else ():
         path = os.path.join(out_dir, f"{name}.{ext}")
-        fig.savefig(path, bbox_inches="tight", dpi=200)
+        # no creation date in a PDF: the same data makes the same file, so a regenerated study
+        # changes only where its figures do
+        metadata = {"CreationDate": None} if ext == "pdf" else None
+        fig.savefig(path, bbox_inches="tight", dpi=200, metadata=metadata)
         paths.append(path)
     plt.close(fig)
     return [*paths, figure_data.write(data, out_dir)]
