@@ -68,7 +68,9 @@ def _nccl() -> str | None:
 def environment() -> dict:
     """This process's environment, for every record (computed once per process)."""
     commit = _git("rev-parse", "HEAD")
-    status = _git("status", "--porcelain", "--untracked-files=no") if commit else None
+    # the code that ran: a study rerun into its committed folder under results/ rewrites tracked
+    # records there, which is output, not a change to what runs
+    status = _git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results") if commit else None
     gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
     return {
         "git_commit": commit,
