@@ -26,6 +26,7 @@ from matplotlib.container import Container
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 
+BARS = "bars"  # the gid of a collection of bars (broken_barh): each of its paths is a bar
 SUFFIX = ".figure.json"  # beside NAME.png: what it draws (a trace_*.json beside it is a Perfetto trace)
 MAX_WIDTH_IN = 7.16  # a two-column page's text width
 PAD_IN = 0.1  # what savefig's tight box adds on each side (savefig.pad_inches)
@@ -96,6 +97,10 @@ def _panel(ax) -> dict:
             colour = _colour(patch.get_facecolor())
             bars[colour] = bars.get(colour, 0) + 1
     for collection in ax.collections:
+        if collection.get_gid() == BARS:  # bars drawn as one collection (a timeline's spans)
+            colour = _colour(collection.get_facecolor()[0])
+            bars[colour] = bars.get(colour, 0) + len(collection.get_paths())
+            continue
         if not isinstance(collection, PathCollection):  # error bars, bands: drawn with their series
             continue
         faces = collection.get_facecolor()
