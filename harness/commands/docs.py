@@ -5,7 +5,9 @@
 ``docs/reference/commands.md`` from this command line (every verb's help) and
 ``docs/reference/schedules.md`` from the schedule registry, ``docs/reference/columns.md``
 from the table columns, their sets and the figures (harness.report), and
-``docs/reference/models.md`` from ``conf/model/`` (parameters and FLOPs per sample). The test
+``docs/reference/models.md`` from ``conf/model/`` (parameters and FLOPs per sample), and
+``docs/studies/provenance.md`` from the records under ``results/`` (each study's commit,
+dates and machine). The test
 suite checks that the committed pages equal what this writes (``--check``), so the
 reference never drifts from what runs.
 
@@ -162,6 +164,40 @@ def _count(n: int) -> str:
     return str(n)
 
 
+def provenance_page() -> str:
+    """Where every committed study's runs came from, read from their records."""
+    from harness.report.checks import environments, provenance, studies
+
+    root = os.path.join(os.path.dirname(DOCS), "results")
+    lines = [
+        "# Where each study came from",
+        "",
+        "Generated from the records under `results/` by `pipebench results`' provenance check, through "
+        "`pipebench docs` (a test checks that this page equals what it writes). A study is run from a clean "
+        "tree at one commit; a row that says otherwise is named in the last column and fails the suite until "
+        "the study is rerun. The machine is the runs' CPU and core count; dates are the runs' start (UTC).",
+        "",
+        "| study | runs | commit | dates | machine | torch | check |",
+        "| --- | --: | --- | --- | --- | --- | --- |",
+    ]
+    for study in studies(root):
+        found = environments(os.path.join(root, study))
+        if not found:
+            continue
+        envs = [e for e, _ in found]
+        commits = sorted({str(e.get("git_commit"))[:7] for e in envs if e.get("git_commit")})
+        days = sorted({t[:10] for _, t in found if t})
+        machines = sorted({f"{e.get('cpu')}, {e.get('cpu_cores')} cores" for e in envs if e.get("cpu")})
+        torch = sorted({str((e.get("packages") or {}).get("torch")) for e in envs if e.get("packages")})
+        problems = provenance([{"environment": e} for e in envs])
+        lines.append(
+            f"| `{study}` | {len(found)} | {', '.join(f'`{c}`' for c in commits) or '-'} | "
+            f"{' to '.join(dict.fromkeys([days[0], days[-1]])) if days else '-'} | {'; '.join(machines) or '-'} | "
+            f"{', '.join(torch) or '-'} | {'; '.join(problems) or 'one commit, clean tree'} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def pages() -> dict[str, str]:
     from harness.config.reference import markdown
 
@@ -171,6 +207,7 @@ def pages() -> dict[str, str]:
         os.path.join(DOCS, "reference", "schedules.md"): schedules_page(),
         os.path.join(DOCS, "reference", "columns.md"): columns_page(),
         os.path.join(DOCS, "reference", "models.md"): models_page(),
+        os.path.join(DOCS, "studies", "provenance.md"): provenance_page(),
     }
 
 

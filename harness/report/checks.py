@@ -11,7 +11,10 @@ the tables leave such a run out of every "best" and footnote it, and ``pipebench
 
 from __future__ import annotations
 
+import glob
+import json
 import math
+import os
 
 from harness.core.vocabulary import MEMORY_PARTS
 
@@ -68,3 +71,30 @@ def provenance(records: list[dict]) -> list[str]:
     if len(commits) > 1:
         lines.append(f"the runs came from {len(commits)} commits ({', '.join(commits)}), not one")
     return lines
+
+
+def studies(root: str) -> list[str]:
+    """The studies under ``root`` (a checkout's ``results/``): every folder directly below it, and
+    in place of a folder that holds several tables, each of its sub-folders with a ``results.md``
+    (``papers_regime/roofline``)."""
+    found = []
+    for top in sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d))):
+        tables = sorted(os.path.dirname(p) for p in glob.glob(os.path.join(root, top, "*", "results.md")))
+        found += [os.path.relpath(t, root) for t in tables] or [top]
+    return found
+
+
+def environments(folder: str) -> list[tuple[dict, str]]:
+    """(environment, start time) of every run record below ``folder``, read without validation
+    (a summary of where the runs came from; ``pipebench results`` reads them whole)."""
+    out = []
+    for path in sorted(glob.glob(os.path.join(folder, "**", "metrics.json"), recursive=True)):
+        if f"{os.sep}wandb{os.sep}" in path:  # a run's wandb mirror of its record
+            continue
+        try:
+            with open(path) as f:
+                record = json.load(f)
+        except (OSError, ValueError):
+            continue
+        out.append((record.get("environment") or {}, record.get("started_at") or ""))
+    return out

@@ -3,7 +3,6 @@ and the check fails when a record is edited or a figure's colour map is broken."
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import shutil
@@ -12,6 +11,7 @@ import pytest
 
 from harness.report import figures
 from harness.report.reproduce import differences
+from tests.helpers import studies
 from tests.helpers.cli import ROOT, pipebench
 
 SCHEDULES = os.path.join(ROOT, "results", "schedules")
@@ -19,16 +19,10 @@ SCHEDULES = os.path.join(ROOT, "results", "schedules")
 RUNS = ("0_dp_w2", "19_hippie_w2", "12_pipelining_w2")
 
 
-def _studies() -> list[str]:
-    """Every committed study with a comparison table, as a path under results/."""
-    found = glob.glob(os.path.join(ROOT, "results", "**", "results.md"), recursive=True)
-    return sorted(os.path.relpath(os.path.dirname(p), os.path.join(ROOT, "results")) for p in found)
-
-
-@pytest.mark.parametrize("name", _studies())
+@pytest.mark.parametrize("name", studies.params(studies.tabled(), studies.UNREPRODUCED))
 def test_every_committed_study_is_what_todays_code_makes_from_its_records(name):
     """Its tables and figures from its records, no impossible figure, one commit and a clean tree."""
-    assert differences(os.path.join(ROOT, "results", name)) == []
+    assert differences(os.path.join(studies.RESULTS, name)) == []
 
 
 @pytest.fixture(scope="module")

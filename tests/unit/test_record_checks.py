@@ -4,6 +4,7 @@ breakdown of a CPU step is never below zero whatever memory the data set lives i
 from __future__ import annotations
 
 import copy
+import os
 import re
 
 import numpy as np
@@ -11,8 +12,9 @@ import pytest
 import torch
 
 from harness.metrics.meter import StepMeter, track_cpu_allocations
-from harness.report.checks import impossible
+from harness.report.checks import environments, impossible, provenance
 from harness.report.tables import build, to_frame
+from tests.helpers import studies
 from tests.unit.test_results import _rec
 
 MIB = 2**20
@@ -87,3 +89,9 @@ def test_a_cpu_step_leaves_out_only_what_the_allocator_counted():
     assert parts["host_excluded"] == owned.untyped_storage().nbytes()
     assert parts["at_step_start"] >= 0 and parts["other"] >= 0
     assert impossible({"peak_memory_per_rank": [meter.peak_bytes], "per_rank": [{"memory_breakdown": parts}]}) == []
+
+
+@pytest.mark.parametrize("study", studies.params(studies.committed(), studies.UNCLEAN))
+def test_every_committed_study_ran_from_a_clean_tree_at_one_commit(study):
+    found = environments(os.path.join(studies.RESULTS, study))
+    assert provenance([{"environment": e} for e, _ in found]) == []
