@@ -18,11 +18,31 @@ Placement of the ``v x P`` stages of a schedule on its ``P`` ranks:
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Callable
 
 from harness.runtime import actions as sch
 from harness.runtime import torch_schedules
+
+
+@functools.cache
+def _built(schedule: Schedule, ranks: int, v: int, micro_batches: int) -> tuple[tuple[sch.Action, ...], ...]:
+    """A schedule's lists of one shape, built once per process (a sweep's jobs and the checks before
+    them ask for the same shapes again; the actions are frozen, the lists copied for each caller)."""
+    try:
+        return tuple(tuple(acts) for acts in schedule.build(ranks, v, micro_batches))
+    except torch_schedules.LibraryRefused as e:
+        raise ScheduleError(str(e)) from None
+
+
+@functools.cache
+def _finishes(schedule: Schedule, ranks: int, v: int, micro_batches: int) -> None:
+    """A replay of the lists without processes (once per shape): ScheduleError where they deadlock."""
+    try:
+        sch.replay(schedule.lists(ranks, v, micro_batches), placement=schedule.placement_of(ranks, v))
+    except sch.Deadlock as e:
+        raise ScheduleError(f"{schedule.name} cannot finish: {e}") from None
 
 
 class ScheduleError(ValueError):
@@ -76,18 +96,12 @@ class Schedule:
             raise ScheduleError(f"{self.name} takes {many}")
         if self.stages_per_rank is None and v < 2:
             raise ScheduleError(f"{self.name} puts several stages on each rank; it needs at least 2 per rank")
-        try:
-            return [list(acts) for acts in self.build(ranks, v, micro_batches)]
-        except torch_schedules.LibraryRefused as e:
-            raise ScheduleError(str(e)) from None
+        return [list(acts) for acts in _built(self, ranks, v, micro_batches)]
 
     def check(self, ranks: int, stages_per_rank: int, micro_batches: int) -> Lists:
         """The lists, proved to finish by a replay (no processes); ScheduleError otherwise."""
         lists = self.lists(ranks, stages_per_rank, micro_batches)
-        try:
-            sch.replay(lists, placement=self.placement_of(ranks, stages_per_rank))
-        except sch.Deadlock as e:
-            raise ScheduleError(f"{self.name} cannot finish: {e}") from None
+        _finishes(self, ranks, stages_per_rank, micro_batches)
         return lists
 
     def analytic_bubble(self, ranks: int, stages_per_rank: int, micro_batches: int) -> float:

@@ -42,8 +42,10 @@ def test_boundaries_are_checked():
 
 def test_measured_costs_grow_with_layer_work():
     layers = [torch.nn.Linear(64, 64), torch.nn.Sequential(*[torch.nn.Linear(64, 64) for _ in range(30)])]
-    costs = measure_layer_costs(layers, torch.randn(256, 64))
-    assert costs[1] > 5 * costs[0] > 0
+    # thirty times the work; the median of nine timings and a tenfold margin hold on a host whose
+    # other work preempts a few of them
+    costs = measure_layer_costs(layers, torch.randn(256, 64), repeats=9)
+    assert costs[1] > 3 * costs[0] > 0
 
 
 def test_recompute_rules():
