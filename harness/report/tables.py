@@ -375,9 +375,11 @@ def build(df: pd.DataFrame, choice: str = columns.DEFAULT_SET) -> Table:
     shown = [c for c in columns.COLUMNS if c in chosen or (c in varying and c not in sectioned)] + [
         c for c in extra if c in varying or c not in context
     ]
-    # a figure no run has (top-1 of simulated runs) is said once in the caption, not as a column of dashes
-    absent = [c for c in shown if c.figure and len(rows) and pd.to_numeric(rows[c.key], errors="coerce").isna().all()]
-    shown = [c for c in shown if c not in absent]
+    # a figure no run has (top-1 of simulated runs) is said once in the caption, not as a column of
+    # dashes; a setting that applies to no run (DP's micro-batches) is left out
+    empty = [c for c in shown if len(rows) and rows[c.key].map(lambda v: v is None or v != v or v == "").all()]
+    absent = [c for c in empty if c.figure]
+    shown = [c for c in shown if c not in empty]
     every = [c for c in columns.COLUMNS if c in chosen or c in identifying] + extra
     table = Table(rows, shown, every, caption, repeated, absent=[c.label for c in absent])
     table.bold = _best(table)

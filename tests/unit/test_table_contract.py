@@ -128,3 +128,8 @@ def test_one_rounding_rule_in_the_results_and_the_paired_tables():
     top1 = _row(md, "hippie")[_header(md).index("top-1 %")]
     assert f"| {top1} |" in next(line for line in paired.splitlines() if line.startswith("| hippie"))
     assert figure_text(61.234, 4.5678, 2) == "61.23 ± 4.57" and figure_text(float("nan")) == "–"
+
+
+def test_a_setting_that_applies_to_no_row_is_left_out():
+    md = render(to_frame([{**_rec("dp", 2, 100.0, 20 * MIB), "seed": s} for s in (0, 1)]), "md")
+    assert "micro" not in _header(md)
