@@ -50,7 +50,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--out",
         metavar="DIR",
         help="write results.{md,csv,tex} and figures/ into DIR instead of printing the table (and "
-        "paired.{md,csv}, each configuration against DP by seed, where seeds pair with DP)",
+        "paired.{md,csv}, each configuration against DP by seed, where seeds pair with DP); a figure "
+        "in DIR/figures that today's code no longer draws is removed",
     )
     parser.add_argument("--figures", metavar="DIR", help="also draw the figures (PNG and PDF) into DIR")
     parser.add_argument(

@@ -11,7 +11,9 @@ reader of a paper would take for a defect:
 - a colour drawn as bars that no legend entry explains (a timeline's action kinds), or two legend
   entries with one look (colour, marker and line style);
 - a machine's path in the name, a title, a label or a legend entry;
-- no title: a figure pasted into a paper names its model, data and (simulated) cluster.
+- no title: a figure pasted into a paper names its model, data and (simulated) cluster;
+- a panel whose lines and points all sit at one x value (a curve of one point says nothing a
+  table does not; the figure's function draws nothing there instead).
 """
 
 from __future__ import annotations
@@ -143,6 +145,10 @@ def check(data: dict) -> None:
         problems.append(f"it is {width:.2f} in wide, over a page's {MAX_WIDTH_IN} in (fewer legend columns or panels)")
     if not (data["title"] or any(panel["title"] for panel in data["panels"])):
         problems.append("it has no title (the model, the data, and a simulated run's cluster)")
+    for panel in data["panels"]:
+        xs = {p[0] for series in panel["series"] for p in series["points"]}
+        if len(xs) == 1:
+            problems.append(f"its x axis ({panel['x']['label'] or 'unlabelled'}) holds one value: a table says it")
     legend_colours = {e.get("colour") for e in data["legend"]}
     for panel in data["panels"]:
         unexplained = sorted(c for c in panel["bar_colours"] if c not in legend_colours)

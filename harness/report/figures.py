@@ -250,9 +250,12 @@ def _legend_below(fig, ax, handles=None, labels=None, ncol: int = 2) -> None:
 
 
 def throughput_vs_workers(records: list[dict], out_dir: str) -> list[str]:
-    """Samples/s against workers, one line per strategy and variant."""
+    """Samples/s against workers, one line per strategy and variant; not drawn where the runs share
+    one worker count (the tables hold their speed)."""
     ok = _ok(records, "throughput")
     if not ok:
+        return []
+    if len({config_key(r)[2] for r in ok}) < 2:  # one worker count: nothing to draw a line through
         return []
     styles = Styles(records)
     lines: dict[tuple, list[tuple[int, list[dict]]]] = {}
@@ -398,8 +401,14 @@ def _curves_of(records: list[dict], styles: Styles, out_dir: str, name: str) -> 
     groups = _by_config(records)
     steps_max = max(len(r["loss_curve"]) for r in records)
     window = max(1, steps_max // 25)
+    # the accuracy panel where the runs were evaluated at two steps or more (one point is a table's)
+    evaluations = {p["step"] for r in records for p in r.get("accuracy_curve") or [] if p.get("accuracy") is not None}
     with paper_style():
-        fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(PAGE_IN, 2.4))
+        if len(evaluations) > 1:
+            fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(PAGE_IN, 2.4))
+        else:
+            fig, ax_loss = plt.subplots(figsize=(PAGE_IN, 2.4))
+            ax_acc = None
         finite_top = []  # the highest smoothed loss of each configuration none of whose runs diverged
         for runs in groups.values():
             first = runs[0]
@@ -433,7 +442,7 @@ def _curves_of(records: list[dict], styles: Styles, out_dir: str, name: str) -> 
                 ]
                 for r in runs
             ]
-            if all(evaluated):
+            if ax_acc is not None and all(evaluated):
                 steps, mean, half = _mean_curve(evaluated)
                 ax_acc.plot(steps, mean, markevery=max(1, len(steps) // 8), **style)
                 if any(half):
@@ -448,9 +457,10 @@ def _curves_of(records: list[dict], styles: Styles, out_dir: str, name: str) -> 
         if finite_top and len(finite_top) < len(groups):  # a diverged run's blow-up would flatten the rest
             ax_loss.set_ylim(0, 1.15 * max(finite_top))
         ax_loss.set_ylabel("training loss" + (f" ({window}-step mean)" if window > 1 else ""))
-        ax_acc.set_ylabel("test top-1 (%)")
-        ax_acc.set_ylim(0, min(100.0, ax_acc.get_ylim()[1]))
-        for ax in (ax_loss, ax_acc):
+        if ax_acc is not None:
+            ax_acc.set_ylabel("test top-1 (%)")
+            ax_acc.set_ylim(0, min(100.0, ax_acc.get_ylim()[1]))
+        for ax in fig.axes:
             ax.set_xlabel("step")
             ax.grid(alpha=0.3)
         ax_loss.set_title(scope(records), loc="left")

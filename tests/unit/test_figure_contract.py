@@ -80,12 +80,13 @@ def test_a_broken_colour_map_is_refused_naming_the_figure(tmp_path, monkeypatch)
     assert not list(tmp_path.iterdir())  # nothing written
 
 
-def _figure(title: str = "vit_micro on synthetic", legend_columns: int = 1, unexplained: bool = False):
+def _figure(title: str = "vit_micro on synthetic", legend_columns: int = 1, unexplained: bool = False, xs=(1, 2)):
     fig, ax = plt.subplots(figsize=(3.5, 2))
     for i in range(8):
         ax.barh(i, 1, color=f"C{i}", label=f"a configuration with a long name {i}")
     if unexplained:
         ax.barh(8, 1, color="#123456")
+    ax.plot(xs, [1] * len(xs), color="k", label="a line")
     ax.set_title(title)
     fig.legend(ncol=legend_columns)
     return fig
@@ -98,6 +99,7 @@ def _figure(title: str = "vit_micro on synthetic", legend_columns: int = 1, unex
         (lambda: _figure(unexplained=True), "bars coloured #123456 have no legend entry"),
         (lambda: _figure("run of /tmp/pytest-7/x"), "a machine's path is in"),
         (lambda: _figure(""), "it has no title"),
+        (lambda: _figure(xs=(2, 2)), "holds one value"),
     ],
 )
 def test_the_contract_refuses_what_a_reader_would_take_for_a_defect(make, refusal, tmp_path):

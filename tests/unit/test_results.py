@@ -102,7 +102,8 @@ def test_latex_is_booktabs_with_the_best_value_in_bold(tmp_path):
     assert "\\textbf{150.0}" in hippie and "\\textbf{100.0}" in hippie  # best throughput and memory of its group
     dp = next(line for line in tex.splitlines() if line.startswith("dp "))
     assert "200.0" in dp and "\\textbf" not in dp  # more memory, slower; its top-1 ties hippie's: not bold
-    assert tex.split("tabular}{")[1].split("}")[0] == "lrl" + "r" * 6  # numbers right-aligned
+    # numbers right-aligned (the layout, empty in every row, is left out)
+    assert tex.split("tabular}{")[1].split("}")[0] == "l" + "r" * 7
 
 
 def test_repeated_seeds_are_reported_with_a_95_percent_interval(tmp_path):
@@ -204,8 +205,11 @@ def test_figures_are_drawn_from_records(tmp_path):
             for r in (0, 1)
         ],
     }
-    paths = all_figures([rec, _rec("dp", 2, 100.0, 200), profiled], str(tmp_path))
+    # DP at two worker counts: speed against workers has a line to draw
+    paths = all_figures([rec, _rec("dp", 2, 100.0, 200), _rec("dp", 4, 180.0, 100), profiled], str(tmp_path))
     names = {os.path.basename(p) for p in paths}
+    single = all_figures([rec, _rec("dp", 2, 100.0, 200)], str(tmp_path / "one"))
+    assert not any("throughput_vs_workers" in p for p in single)  # one worker count: a table's, not a line
     for stem in (
         "throughput_vs_workers",
         "memory_per_rank",
