@@ -11,9 +11,10 @@ reader of a paper would take for a defect:
 - a colour drawn as bars that no legend entry explains (a timeline's action kinds), or two legend
   entries with one look (colour, marker and line style);
 - a machine's path in the name, a title, a label or a legend entry;
-- no title: a figure pasted into a paper names its model, data and (simulated) cluster;
-- a panel whose lines and points all sit at one x value (a curve of one point says nothing a
-  table does not; the figure's function draws nothing there instead).
+- no title: a figure pasted into a paper names its model, data and (simulated) cluster.
+
+A figure none of whose panels' lines and points spread over two x values (:func:`one_valued`) is
+not drawn at all: a curve of one point says nothing a table does not.
 """
 
 from __future__ import annotations
@@ -37,7 +38,12 @@ _MACHINE_PATH = re.compile(r"(^|[\s(\"'=:])(/(home|root|tmp|work|Users|var|mnt|s
 
 
 class FigureContractError(ValueError):
-    """A figure that breaks the contract; the message names the figure and what to change."""
+    """A figure that breaks the contract; the message names the figure and what to change, and
+    ``paths`` what was written beside it (the other figures of a set that drew)."""
+
+    def __init__(self, message: str, paths: list[str] | None = None):
+        super().__init__(message)
+        self.paths = paths or []
 
 
 def _colour(value) -> str | None:
@@ -136,6 +142,13 @@ def figure_data(fig, name: str) -> dict:
     }
 
 
+def one_valued(data: dict) -> bool:
+    """Whether every panel that draws lines or points draws them at one x value."""
+    spans = [{p[0] for series in panel["series"] for p in series["points"]} for panel in data["panels"]]
+    drawn = [xs for xs in spans if xs]
+    return bool(drawn) and all(len(xs) == 1 for xs in drawn)
+
+
 def check(data: dict) -> None:
     """Refuse a figure that breaks the contract (the module's docstring)."""
     name = data["name"]
@@ -145,10 +158,6 @@ def check(data: dict) -> None:
         problems.append(f"it is {width:.2f} in wide, over a page's {MAX_WIDTH_IN} in (fewer legend columns or panels)")
     if not (data["title"] or any(panel["title"] for panel in data["panels"])):
         problems.append("it has no title (the model, the data, and a simulated run's cluster)")
-    for panel in data["panels"]:
-        xs = {p[0] for series in panel["series"] for p in series["points"]}
-        if len(xs) == 1:
-            problems.append(f"its x axis ({panel['x']['label'] or 'unlabelled'}) holds one value: a table says it")
     legend_colours = {e.get("colour") for e in data["legend"]}
     for panel in data["panels"]:
         unexplained = sorted(c for c in panel["bar_colours"] if c not in legend_colours)

@@ -176,9 +176,13 @@ def _fit_page(fig) -> None:
 
 def save(fig, out_dir: str, name: str) -> list[str]:
     """The figure as PDF and PNG, with what it draws beside them (``name.figure.json``), once it meets
-    the contract (:mod:`harness.report.figure_data`; a figure that breaks it is not written)."""
+    the contract (:mod:`harness.report.figure_data`; a figure that breaks it is not written, nor one
+    whose lines and points sit at one x value)."""
     _fit_page(fig)
     data = figure_data.figure_data(fig, name)
+    if figure_data.one_valued(data):
+        plt.close(fig)
+        return []
     try:
         figure_data.check(data)
     except figure_data.FigureContractError:
@@ -789,7 +793,7 @@ FIGURES: list[Figure] = [
 
 def all_figures(records: list[dict], out_dir: str) -> list[str]:
     """Every figure of :data:`FIGURES` that the records allow; one that breaks the contract stops
-    only itself, and is named in one error once the others are written."""
+    only itself, and is named in one error once the others are written (the error's ``paths``)."""
     paths, broken = [], []
     for figure in FIGURES:
         try:
@@ -797,5 +801,5 @@ def all_figures(records: list[dict], out_dir: str) -> list[str]:
         except figure_data.FigureContractError as e:
             broken.append(str(e))
     if broken:
-        raise figure_data.FigureContractError("; ".join(broken))
+        raise figure_data.FigureContractError("; ".join(broken), paths)
     return paths

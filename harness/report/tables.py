@@ -632,12 +632,14 @@ def write_outputs(
         folder = os.path.join(out_dir, "figures")
         before = set(os.listdir(folder)) if os.path.isdir(folder) else set()
         try:
-            written += all_figures(records, folder)
+            drawn = all_figures(records, folder)
         except FigureContractError as e:  # the tables and every other figure are written
+            drawn = e.paths
             broken.append(str(e))
+        written += drawn
         # the folder is this command's: a figure today's code no longer draws goes (a rerun that
         # changes which figures apply leaves none of the old ones beside the new)
-        for stale in before - {os.path.basename(p) for p in written}:
+        for stale in before - {os.path.basename(p) for p in drawn}:
             if stale.endswith((".png", ".pdf", ".json")):
                 os.remove(os.path.join(folder, stale))
     return tables["md"], written, broken

@@ -99,7 +99,6 @@ def _figure(title: str = "vit_micro on synthetic", legend_columns: int = 1, unex
         (lambda: _figure(unexplained=True), "bars coloured #123456 have no legend entry"),
         (lambda: _figure("run of /tmp/pytest-7/x"), "a machine's path is in"),
         (lambda: _figure(""), "it has no title"),
-        (lambda: _figure(xs=(2, 2)), "holds one value"),
     ],
 )
 def test_the_contract_refuses_what_a_reader_would_take_for_a_defect(make, refusal, tmp_path):
@@ -116,3 +115,9 @@ def test_a_figure_wider_than_a_page_is_narrowed_to_fit_as_saved(tmp_path):
     ax.set_title("vit_micro on synthetic", loc="left")
     figures.save(fig, str(tmp_path), "wide")
     assert _drawn(str(tmp_path / "wide"))["size_in"][0] <= figure_data.MAX_WIDTH_IN
+
+
+def test_a_figure_whose_points_sit_at_one_x_value_is_not_drawn(tmp_path):
+    assert figures.save(_figure(xs=(1, 2)), str(tmp_path), "spread")
+    assert figures.save(_figure(xs=(2, 2)), str(tmp_path), "one") == []
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("one")] == []
