@@ -41,11 +41,12 @@ class Column:
     relative: bool = False  # a ratio to the reference strategy: exactly 1 on its rows, with no interval
 
     def values(self, df: pd.DataFrame) -> pd.Series:
+        """The column's values in its unit, not rounded: rounding is the printing's
+        (:func:`figure_text`), after any mean or interval, never before."""
         raw = self.source(df) if callable(self.source) else df[self.source]
         if not (self.figure or self.scale != 1.0 or self.digits is not None):
             return raw
-        shown = pd.to_numeric(raw, errors="coerce").astype(float) * self.scale
-        return shown.round(self.digits) if self.digits is not None else shown
+        return pd.to_numeric(raw, errors="coerce").astype(float) * self.scale
 
     @property
     def csv_header(self) -> str:

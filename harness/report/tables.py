@@ -416,9 +416,7 @@ def _aggregated(runs: pd.DataFrame) -> pd.DataFrame:
                 mean, half, _ = interval(values)
                 if c.relative and row["_reference"]:  # the reference's ratio to itself: 1, no interval
                     half = float("nan")
-                row[c.key], row[f"{c.key} ci95"] = (
-                    (mean, half) if c.digits is None else (round(mean, c.digits), round(half, c.digits))
-                )
+                row[c.key], row[f"{c.key} ci95"] = mean, half
         row["note"] = "; ".join(sorted({n for n in group["note"] if n}))
         out.append(row)
     return pd.DataFrame(out)
@@ -435,6 +433,8 @@ def _best(table: Table) -> set[tuple[int, str]]:
         if not c.better:
             continue
         values = pd.to_numeric(rows[c.key], errors="coerce")
+        if c.digits is not None:  # a best is one the printed table shows apart
+            values = values.round(c.digits)
         eligible = (rows["status"] == "ok") & rows["_sound"] & values.notna() & (rows["_comparable"] | (not c.speed))
         for _, idx in rows[eligible].groupby("_group").groups.items():
             group = values.loc[idx]
@@ -503,6 +503,13 @@ def to_markdown(table: Table) -> str:
     return "\n\n".join(parts)
 
 
+def _printed(values: pd.Series, c: Column) -> pd.Series:
+    """A figure's values to the decimals its cells print (the one rounding rule), numeric."""
+    if not c.figure or c.digits is None:
+        return values
+    return pd.to_numeric(values, errors="coerce").round(c.digits)
+
+
 def to_csv(table: Table) -> str:
     return frame_for_programs(table).to_csv(index=False)
 
@@ -513,9 +520,9 @@ def frame_for_programs(table: Table) -> pd.DataFrame:
     if table.blocks:
         out["block"] = table.rows["block"]
     for c in table.every:
-        out[c.csv_header] = table.rows[c.key]
+        out[c.csv_header] = _printed(table.rows[c.key], c)
         if f"{c.key} ci95" in table.rows and c.figure:
-            out[f"{c.csv_header}_ci95"] = table.rows[f"{c.key} ci95"]
+            out[f"{c.csv_header}_ci95"] = _printed(table.rows[f"{c.key} ci95"], c)
     out["note"] = table.rows["note"]
     return pd.DataFrame(out)
 
