@@ -54,7 +54,8 @@ def test_two_worker_run_writes_a_complete_record_and_an_offline_wandb_run(workdi
     assert losses == pytest.approx([loss for _, loss in rec["loss_curve"]])  # every rank's share, summed
     assert rows[-1]["step"] == 5 and rows[-1]["test/accuracy"] == rec["accuracy"]
     lines = [line for line in proc.stdout.splitlines() if line.startswith("dp w=2 step ")]
-    assert len(lines) == 5 and all(" | loss " in line and " | lr " in line and " MiB" in line for line in lines)
+    assert len(lines) == 6 and all(" | loss " in line and " | lr " in line and " MiB" in line for line in lines[:5])
+    assert lines[5].startswith("dp w=2 step 5/5 | test top-1 ")  # and one at the evaluation
     assert "\r" not in proc.stderr and "it/s" not in proc.stderr
 
 
@@ -86,7 +87,7 @@ def test_a_pipeline_run_writes_a_trace_and_breaks_its_idle_time_down(workdir, ca
 @pytest.mark.parametrize(
     "overrides,message",
     [
-        (["train.global_batch=2", "train.micro_batches=4"], "cannot be split"),
+        (["strategy=hippie", "train.global_batch=2", "train.micro_batches=4"], "cannot be split"),
         (["train.steps=1"], "no timed step"),
         (["data=cifar100", "data.root=/nonexistent/cifar"], "/nonexistent/cifar"),
         (["launch.device=cuda"], "no GPU"),

@@ -54,7 +54,7 @@ def test_an_edited_record_fails_the_check_naming_what_differs(study, capfd):
     proc = pipebench(capfd, "results", str(study), "--check")
     assert proc.returncode == 1
     assert "results.md differs from what today's code writes" in proc.stdout
-    assert "figure throughput_vs_workers draws other data than committed" in proc.stdout
+    assert "figure schedules draws other data than committed" in proc.stdout
 
 
 def test_a_broken_colour_map_fails_the_check(study, capfd, monkeypatch):
