@@ -18,6 +18,7 @@ Example:
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 
@@ -134,7 +135,7 @@ def models_page() -> str:
     for path in glob.glob(os.path.join(conf, "*.yaml")):
         raw = {k: v for k, v in OmegaConf.to_container(OmegaConf.load(path)).items() if k != "defaults"}
         m = ModelConfig(**raw)
-        params = sum(map(_size, parameter_shapes(m).values()))
+        params = sum(map(math.prod, parameter_shapes(m).values()))
         gflops = sum(f + b for f, b in layer_flops(m, 1, m.img_size)) / 1e9
         tokens = (m.img_size // m.patch_size) ** 2 + 1
         shown = f"{gflops:.0f}" if gflops >= 100 else f"{gflops:.3g}"
@@ -147,13 +148,6 @@ def models_page() -> str:
         )
     lines += [line for _, line in sorted(rows)]
     return "\n".join(lines) + "\n"
-
-
-def _size(shape: tuple[int, ...]) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
 
 
 def _count(n: int) -> str:
